@@ -1,0 +1,83 @@
+"""The ``fp8lab`` command.
+
+``fp8lab estimate PATH --kv-dtype auto|fp8 [--json]``: the KV-cache calculator (no torch, no vLLM).
+``fp8lab run [--profile NAME] [--out DIR] [notebooks...]``: execute the studies headlessly and write
+HTML reports, ``index.html`` and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from fp8lab.specs import SpecError
+
+
+def _parse_value(text: str):
+    """``-p NAME VALUE`` values are YAML (numbers, lists, null), as papermill's ``-y`` would take them."""
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fp8lab.report import run_profile
+
+    overrides = {name: _parse_value(value) for name, value in (args.param or [])}
+    out = Path(args.out or f"reports/{args.profile}")
+    summary = run_profile(args.profile, out, args.notebooks or None, overrides, progress=not args.quiet)
+    failed = [n for n, e in summary["notebooks"].items() if e["status"] != "ok"]
+    print(f"fp8lab run: {len(summary['notebooks']) - len(failed)} ok, {len(failed)} failed -> {out / 'index.html'}")
+    for n in failed:
+        print(f"  failed: {n}: {summary['notebooks'][n]['error']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from fp8lab.report import load_profiles
+
+    profiles = load_profiles()
+    if args.json:
+        print(json.dumps(profiles, indent=2))
+    else:
+        for name, p in profiles.items():
+            print(f"{name}: {' '.join(str(p.get('description', '')).split())}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fp8lab.estimate_cli import add_estimate_parser
+
+    parser = argparse.ArgumentParser(prog="fp8lab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_estimate_parser(sub)
+
+    run = sub.add_parser("run", help="execute the study notebooks on a profile and write HTML reports")
+    run.add_argument("notebooks", nargs="*", help="notebook names or paths (default: every notebooks/NN_*.ipynb)")
+    run.add_argument("--profile", default="cpu-tiny", help="a profile of fp8lab/profiles.yaml (default: cpu-tiny)")
+    run.add_argument("--out", help="output folder (default: reports/<profile>)")
+    run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                     help="override one notebook parameter (YAML value), e.g. -p KV_CACHE_GIB 2")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    run.set_defaults(func=cmd_run)
+
+    prof = sub.add_parser("profiles", help="list the named parameter sets")
+    prof.add_argument("--json", action="store_true")
+    prof.set_defaults(func=cmd_profiles)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecError as exc:
+        print(f"fp8lab: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

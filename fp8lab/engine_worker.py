@@ -1,0 +1,366 @@
+"""The code that runs inside the isolated worker process: build one vLLM engine, run its phases.
+
+Only :mod:`fp8lab.engine` calls :func:`worker_main`, in a freshly spawned process whose stdout and
+stderr go to the run's ``worker.log`` (the engine's own child processes inherit them, so the root
+cause of a failed start lands there too). Results are written to ``result.pkl`` after engine start
+and again after every phase, so a run that dies keeps whatever it had measured.
+
+vLLM, torch and pynvml are imported here and nowhere in the caller's process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import pickle
+import statistics
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from fp8lab import devices
+
+
+def _write(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(payload, f)
+    os.replace(tmp, path)
+
+
+def _engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    kw: dict[str, Any] = dict(
+        model=spec["model"],
+        kv_cache_dtype=spec["kv_cache_dtype"],
+        gpu_memory_utilization=spec["gpu_memory_utilization"],
+        enforce_eager=spec["enforce_eager"],
+        load_format=spec["load_format"],
+        tensor_parallel_size=spec["tensor_parallel_size"],
+        dtype=spec["dtype"],
+        seed=spec["seed"],
+        enable_prefix_caching=spec["enable_prefix_caching"],
+        skip_tokenizer_init=spec["skip_tokenizer_init"],
+        disable_log_stats=False,
+        max_logprobs=20,
+    )
+    for key in ("block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "attention_backend"):
+        if spec.get(key) is not None:
+            kw[key] = spec[key]
+    if spec.get("kv_cache_gib") is not None:
+        kw["kv_cache_memory_bytes"] = int(spec["kv_cache_gib"] * 2**30)
+    return kw
+
+
+class Sampler:
+    """Samples vLLM's gauges (KV usage, running/waiting requests) and device memory in a thread.
+
+    Rows: ``t_s`` (seconds since the sampler started), ``phase``, ``kv_usage`` (fraction 0..1),
+    ``running``, ``waiting``, ``mem_bytes`` (GPU used memory summed over the engine's devices, or the
+    RSS of this process tree on CPU).
+    """
+
+    def __init__(self, interval_s: float, mem: devices.MemoryProbe):
+        self.interval_s, self.mem, self.rows, self.phase = interval_s, mem, [], "start"
+        self._stop = threading.Event()
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def sample(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"t_s": time.perf_counter() - self._t0, "phase": self.phase,
+                               "mem_bytes": self.mem.used_bytes()}
+        row.update(read_gauges())
+        self.rows.append(row)
+        return row
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.sample()
+            except Exception:  # a failed sample must not kill the run
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def read_gauges() -> dict[str, float]:
+    """vLLM's Prometheus gauges and counters of interest, summed over engines/labels."""
+    from vllm.v1.metrics.reader import Counter, Gauge, get_metrics_snapshot
+
+    names = {
+        "vllm:kv_cache_usage_perc": "kv_usage",
+        "vllm:num_requests_running": "running",
+        "vllm:num_requests_waiting": "waiting",
+        "vllm:num_preemptions": "preemptions_total",
+    }
+    out: dict[str, float] = {}
+    for m in get_metrics_snapshot():
+        key = names.get(m.name)
+        if key and isinstance(m, (Gauge, Counter)):
+            out[key] = out.get(key, 0.0) + float(m.value)
+    return out
+
+
+def _logprob_columns(entries: Any, token_ids: list[int], prefix: str, k: int) -> dict[str, Any]:
+    """Flatten vLLM's per-position ``{token_id: Logprob}`` dicts into lists.
+
+    ``<prefix>_token_logprobs[i]``: logprob of the actual token at position i (NaN where absent,
+    e.g. the first prompt token); ``<prefix>_topk_ids[i]`` / ``_topk_logprobs[i]``: the top-k by rank.
+    """
+    tok_lp, top_ids, top_lps = [], [], []
+    for i, pos in enumerate(entries or []):
+        if pos is None:
+            tok_lp.append(float("nan"))
+            top_ids.append([])
+            top_lps.append([])
+            continue
+        actual = token_ids[i] if i < len(token_ids) else None
+        tok_lp.append(float(pos[actual].logprob) if actual in pos else float("nan"))
+        ranked = sorted(((lp.rank if lp.rank is not None else 10**9, tid, lp.logprob) for tid, lp in pos.items()))
+        ranked = [r for r in ranked if r[0] <= k][:k] if k else []
+        top_ids.append([int(r[1]) for r in ranked])
+        top_lps.append([float(r[2]) for r in ranked])
+    return {f"{prefix}_token_logprobs": tok_lp, f"{prefix}_topk_ids": top_ids, f"{prefix}_topk_logprobs": top_lps}
+
+
+def _sampling_params(req: dict[str, Any], stream: bool = False):
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    kw: dict[str, Any] = dict(
+        temperature=0.0,
+        max_tokens=req["max_tokens"],
+        ignore_eos=not req["stop_at_eos"],
+        detokenize=False,
+    )
+    if req["prompt_logprobs"] is not None:
+        kw["prompt_logprobs"] = req["prompt_logprobs"]
+    if req["logprobs"] is not None:
+        kw["logprobs"] = req["logprobs"]
+    if stream:
+        kw["output_kind"] = RequestOutputKind.DELTA
+    return SamplingParams(**kw)
+
+
+def _record(idx: int, req: dict[str, Any], out: Any, phase: str) -> dict[str, Any]:
+    """One tidy row per finished request, from vLLM's own per-request stats.
+
+    TTFT = ``first_token_latency`` (front-end time minus arrival); TPOT = mean of the decode gaps,
+    ``(last_token_ts - first_token_ts) / (n - 1)``, which excludes the first token; E2E = TTFT +
+    (last - first). All in seconds. See vllm-notes section 1.
+    """
+    comp = out.outputs[0]
+    m = out.metrics
+    n = len(comp.token_ids)
+    row: dict[str, Any] = {
+        "phase": phase, "request": idx, "cls": req["cls"], "tag": req["tag"],
+        "prompt_tokens": len(req["prompt_token_ids"]), "output_tokens": n,
+        "finish_reason": comp.finish_reason,
+        "output_token_ids": [int(t) for t in comp.token_ids],
+    }
+    if m is not None:
+        ttft = float(m.first_token_latency)
+        decode = float(m.last_token_ts - m.first_token_ts)
+        row.update(ttft_s=ttft, tpot_s=decode / (n - 1) if n > 1 else float("nan"), e2e_s=ttft + decode,
+                   queue_s=float(m.scheduled_ts - m.queued_ts), num_preemptions=int(getattr(m, "num_preemptions", 0)))
+    if req["prompt_logprobs"] is not None:
+        row.update(_logprob_columns(out.prompt_logprobs, list(req["prompt_token_ids"]), "prompt", req["prompt_logprobs"]))
+    if req["logprobs"] is not None:
+        row.update(_logprob_columns(comp.logprobs, row["output_token_ids"], "output", req["logprobs"]))
+    return row
+
+
+def _tokens_prompt(req: dict[str, Any]):
+    from vllm.inputs import TokensPrompt
+
+    return TokensPrompt(prompt_token_ids=list(req["prompt_token_ids"]))
+
+
+# --------------------------------------------------------------------------------------------- drivers
+def _run_offline(llm: Any, phase: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
+    reqs = phase["requests"]
+    t0 = time.perf_counter()
+    outs = llm.generate([_tokens_prompt(r) for r in reqs], [_sampling_params(r) for r in reqs], use_tqdm=False)
+    wall = time.perf_counter() - t0
+    # LLM.generate returns outputs in the order of its inputs.
+    return [_record(i, r, o, phase["name"]) for i, (r, o) in enumerate(zip(reqs, outs, strict=True))], wall
+
+
+async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_start: float, rid: str) -> dict:
+    """Send one request and timestamp every streamed delta (client-side, ``time.perf_counter``)."""
+    sent = time.perf_counter()
+    token_times: list[float] = []
+    token_counts: list[int] = []
+    final = None
+    async for out in engine.generate(_tokens_prompt(req), _sampling_params(req, stream=True), rid):
+        now = time.perf_counter()
+        k = len(out.outputs[0].token_ids)
+        if k:
+            token_times.append(now)
+            token_counts.append(k)
+        final = out
+    row: dict[str, Any] = {"phase": phase, "request": idx, "cls": req["cls"], "tag": req["tag"],
+                           "prompt_tokens": len(req["prompt_token_ids"]), "sent_s": sent - t_start}
+    n = sum(token_counts)
+    row["output_tokens"] = n
+    row["finish_reason"] = final.outputs[0].finish_reason if final is not None else None
+    if token_times:
+        # client-observed: TTFT from send to first delta; ITL between consecutive deltas, a delta of k
+        # tokens (merged when the consumer lags) counts as k gaps of equal size.
+        itl: list[float] = []
+        for prev, cur, k in zip(token_times, token_times[1:], token_counts[1:]):
+            itl.extend([(cur - prev) / k] * k)
+        row.update(ttft_s=token_times[0] - sent, e2e_s=token_times[-1] - sent, itl_s=itl,
+                   tpot_s=(token_times[-1] - token_times[0]) / (n - 1) if n > 1 else float("nan"),
+                   merged_deltas=sum(1 for k in token_counts if k > 1))
+    m = getattr(final, "metrics", None) if final is not None else None
+    if m is not None:
+        row["engine_ttft_s"] = float(m.first_token_latency)
+        row["num_preemptions"] = int(getattr(m, "num_preemptions", 0))
+    return row
+
+
+async def _run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
+    """Open loop (each request sent at its ``arrival_s``, whether or not earlier ones finished) or,
+    with ``concurrency`` set, closed loop (at most N requests in flight, the next sent as one ends)."""
+    reqs = phase["requests"]
+    t0 = time.perf_counter()
+    prefix = f"{phase['name']}-{time.time_ns()}"
+    conc = phase.get("concurrency")
+    if conc:
+        queue = list(enumerate(reqs))
+        rows: list[dict[str, Any]] = []
+
+        async def worker() -> None:
+            while queue:
+                i, r = queue.pop(0)
+                rows.append(await _stream_one(engine, i, r, phase["name"], t0, f"{prefix}-{i}"))
+
+        await asyncio.gather(*(worker() for _ in range(conc)))
+    else:
+        async def delayed(i: int, r: dict[str, Any]) -> dict[str, Any]:
+            delay = (r["arrival_s"] or 0.0) - (time.perf_counter() - t0)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return await _stream_one(engine, i, r, phase["name"], t0, f"{prefix}-{i}")
+
+        rows = list(await asyncio.gather(*(delayed(i, r) for i, r in enumerate(reqs))))
+    wall = time.perf_counter() - t0
+    return sorted(rows, key=lambda r: r["request"]), wall
+
+
+# --------------------------------------------------------------------------------------------- main
+def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dict[str, Any], result_path: str) -> None:
+    """Entry point of the spawned worker. Never raises: failures are written to the result file."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()  # so the caller can kill the whole engine tree by process group
+    path = Path(result_path)
+    res: dict[str, Any] = {"status": "running", "error": None, "engine": {}, "records": [], "samples": [],
+                           "phases": {}, "provenance": {}}
+    mem = devices.MemoryProbe(tensor_parallel_size=spec["tensor_parallel_size"])
+    res["engine"]["mem_kind"] = mem.kind
+    res["engine"]["mem_baseline_bytes"] = mem.used_bytes()
+    sampler = Sampler(options.get("sample_interval_s", 0.25), mem).start()
+    llm = engine = None
+    try:
+        res["provenance"] = devices.provenance(seed=spec["seed"])
+        _write(path, res)
+        kw = _engine_kwargs(spec)
+        t0 = time.perf_counter()
+        if options.get("driver", "llm") == "async":
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+
+            engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
+            vcfg = engine.vllm_config
+        else:
+            from vllm import LLM
+
+            llm = LLM(**kw)
+            vcfg = llm.llm_engine.vllm_config
+        e = res["engine"]
+        e["engine_start_s"] = time.perf_counter() - t0
+        cc = vcfg.cache_config
+        e["num_blocks"] = int(cc.num_gpu_blocks or 0)
+        e["block_size"] = int(cc.block_size)
+        e["kv_capacity_tokens"] = e["num_blocks"] * e["block_size"]
+        e["kv_cache_dtype"] = str(cc.cache_dtype)
+        e["kv_budget_bytes"] = getattr(cc, "kv_cache_memory_bytes", None)
+        e["max_model_len"] = int(vcfg.model_config.max_model_len)
+        e["max_num_seqs"] = int(vcfg.scheduler_config.max_num_seqs)
+        e["max_num_batched_tokens"] = int(vcfg.scheduler_config.max_num_batched_tokens)
+        e["mem_after_start_bytes"] = mem.used_bytes()
+        _write(path, res)
+
+        loop = asyncio.new_event_loop() if engine is not None else None
+        for phase in phases:
+            sampler.phase = phase["name"]
+            before = read_gauges().get("preemptions_total", 0.0)
+            if engine is not None:
+                rows, wall = loop.run_until_complete(_run_stream(engine, phase))
+            else:
+                rows, wall = _run_offline(llm, phase)
+            snap = sampler.sample()
+            ptoks = sum(r["prompt_tokens"] for r in rows)
+            otoks = sum(r["output_tokens"] for r in rows)
+            phase_samples = [s for s in sampler.rows if s["phase"] == phase["name"]]
+            res["phases"][phase["name"]] = {
+                "wall_s": wall, "requests": len(rows), "prompt_tokens": ptoks, "output_tokens": otoks,
+                "preemptions": snap.get("preemptions_total", 0.0) - before,
+                "kv_usage_peak": max((s.get("kv_usage", 0.0) for s in phase_samples), default=float("nan")),
+                "mem_peak_bytes": max((s["mem_bytes"] for s in phase_samples if s["mem_bytes"] is not None),
+                                      default=None),
+            }
+            res["records"].extend(rows)
+            res["samples"] = list(sampler.rows)
+            _write(path, res)
+        mems = [s["mem_bytes"] for s in sampler.rows if s["mem_bytes"] is not None]
+        busy = [s["mem_bytes"] for s in sampler.rows if s["mem_bytes"] is not None and s["phase"] != "start"]
+        e["mem_peak_bytes"] = max(mems) if mems else None
+        # steady state: the median while phases ran (after start-up), else the figure right after start
+        e["mem_steady_bytes"] = statistics.median(busy) if busy else e.get("mem_after_start_bytes")
+        e["preemptions_total"] = read_gauges().get("preemptions_total", 0.0)
+        res["status"] = "ok"
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a record
+        res["status"] = "error"
+        res["error"] = f"{type(exc).__name__}: {exc}"
+        res["traceback"] = traceback.format_exc()
+        print(res["traceback"], file=sys.stderr, flush=True)
+    finally:
+        sampler.stop()
+        res["samples"] = list(sampler.rows)
+        _write(path, res)
+        try:
+            if llm is not None:
+                llm.llm_engine.engine_core.shutdown()
+            if engine is not None:
+                engine.shutdown()
+        except Exception:
+            pass
+        del llm, engine
+        gc.collect()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def entry(log_path: str, spec: dict[str, Any], phases: list[dict[str, Any]], options: dict[str, Any],
+          result_path: str) -> None:
+    """Spawn target: send this process's (and its children's) stdout/stderr to ``log_path``."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for var in ("VLLM_CPU_KVCACHE_SPACE",):  # the spec's kv_cache_gib is the one budget
+        os.environ.pop(var, None)
+    for k, v in options.get("env", {}).items():
+        os.environ[k] = str(v)
+    worker_main(spec, phases, options, result_path)

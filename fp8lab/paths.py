@@ -1,0 +1,23 @@
+"""Where the shipped assets live (the repository's ``data/`` folder) and where runs go."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = REPO_ROOT / "data"
+MODELS_DIR = DATA_DIR / "models"
+CONFIGS_DIR = DATA_DIR / "configs"
+TEXT_DIR = DATA_DIR / "text"
+PROMPTS_DIR = DATA_DIR / "prompts"
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+
+#: The shipped model: a small Qwen3 trained by ``scripts/train_tiny_model.py``.
+TINY_MODEL_NAME = "fp8lab-tiny-qwen3"
+TINY_MODEL_DIR = MODELS_DIR / TINY_MODEL_NAME
+
+
+def runs_dir() -> Path:
+    """Root of the results store (``$FP8LAB_RUNS`` or ``<repo>/runs``)."""
+    return Path(os.environ.get("FP8LAB_RUNS", REPO_ROOT / "runs"))

@@ -1,0 +1,130 @@
+"""The results store: one directory per run, named by the content hash of what was run.
+
+``<runs>/<study>/<run_id>/`` holds ``spec.json`` (the engine spec, driver and a digest of every
+request), ``records.parquet`` (one row per request), ``samples.parquet`` (KV usage and memory over
+time), ``engine.json`` (status, error, per-engine and per-phase figures), ``provenance.json`` and
+``worker.log``. A run whose status is final (ok, oom, unsupported, invalid) is loaded instead of
+re-run; ``timeout`` and ``error`` are retried. Failed runs stay on disk with their reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+from fp8lab.engine import Driver, EngineResult, run_engine
+from fp8lab.paths import runs_dir
+from fp8lab.specs import EngineSpec, Phase, Request, spec_hash
+
+FINAL_STATUSES = ("ok", "oom", "unsupported", "invalid")
+
+
+def _requests_digest(reqs: Sequence[Request]) -> str:
+    h = hashlib.sha256()
+    for r in reqs:
+        h.update(json.dumps(dataclasses.asdict(r), sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _as_phases(phases: Sequence[Phase] | Sequence[Request]) -> list[Phase]:
+    if phases and isinstance(phases[0], Request):
+        return [Phase("main", tuple(phases))]  # type: ignore[arg-type]
+    return list(phases)  # type: ignore[arg-type]
+
+
+def run_descriptor(spec: EngineSpec, phases: Sequence[Phase], driver: str, sample_interval_s: float) -> dict[str, Any]:
+    """Everything that determines a run's outcome, as JSON-able data (its hash names the run)."""
+    return {
+        "engine": spec.to_dict(),
+        "driver": driver,
+        "sample_interval_s": sample_interval_s,
+        "phases": [{"name": p.name, "concurrency": p.concurrency, "n_requests": len(p.requests),
+                    "requests_digest": _requests_digest(p.requests)} for p in phases],
+    }
+
+
+def run_dir_for(study: str, descriptor: dict[str, Any], root: Path | None = None) -> Path:
+    return (root or runs_dir()) / study / spec_hash(descriptor)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def save(result: EngineResult, run_dir: Path, descriptor: dict[str, Any]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.json").write_text(json.dumps(descriptor, indent=2, sort_keys=True))
+    (run_dir / "provenance.json").write_text(json.dumps(result.provenance, indent=2, default=_json_default))
+    (run_dir / "engine.json").write_text(json.dumps(
+        {"status": result.status, "error": result.error, "engine": result.engine, "phases": result.phases},
+        indent=2, default=_json_default))
+    if len(result.records):
+        result.records.to_parquet(run_dir / "records.parquet", index=False)
+    if len(result.samples):
+        result.samples.to_parquet(run_dir / "samples.parquet", index=False)
+    if result.log_tail:
+        (run_dir / "worker.log.tail").write_text(result.log_tail)
+
+
+def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
+    """Read a stored run back into an :class:`EngineResult`."""
+    import pandas as pd
+
+    meta = json.loads((run_dir / "engine.json").read_text())
+    prov_path = run_dir / "provenance.json"
+    rec, smp = run_dir / "records.parquet", run_dir / "samples.parquet"
+    if spec is None and (run_dir / "spec.json").exists():
+        spec = EngineSpec.from_dict(json.loads((run_dir / "spec.json").read_text())["engine"])
+    return EngineResult(
+        status=meta["status"], error=meta.get("error"), engine=meta.get("engine", {}),
+        records=pd.read_parquet(rec) if rec.exists() else pd.DataFrame(),
+        samples=pd.read_parquet(smp) if smp.exists() else pd.DataFrame(),
+        phases=meta.get("phases", {}),
+        provenance=json.loads(prov_path.read_text()) if prov_path.exists() else {},
+        spec=spec, run_dir=run_dir, extra={"cached": True},
+    )
+
+
+def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (), *, study: str = "adhoc",
+               driver: Driver = "llm", sample_interval_s: float = 0.25, root: Path | None = None,
+               force: bool = False, env: dict[str, str] | None = None) -> EngineResult:
+    """Run (or load, when already complete) one engine configuration and store it.
+
+    The run directory is ``<root or $FP8LAB_RUNS or runs/>/<study>/<hash>``. A stored run with a
+    final status is returned as it is (``extra['cached'] = True``) unless ``force``.
+    """
+    phase_list = _as_phases(phases)
+    desc = run_descriptor(spec, phase_list, driver, sample_interval_s)
+    rd = run_dir_for(study, desc, root)
+    if not force and (rd / "engine.json").exists():
+        meta = json.loads((rd / "engine.json").read_text())
+        if meta.get("status") in FINAL_STATUSES:
+            return load(rd, spec)
+    work = rd / "work"
+    res = run_engine(spec, phase_list, driver=driver, sample_interval_s=sample_interval_s, work_dir=work, env=env)
+    log = work / "worker.log"
+    save(res, rd, desc)
+    if log.exists():
+        shutil.copy(log, rd / "worker.log")
+    shutil.rmtree(work, ignore_errors=True)
+    res.run_dir = rd
+    return res
+
+
+def collect(study: str, root: Path | None = None) -> "Any":
+    """All stored runs of a study as one DataFrame: a row per run with its spec, status and engine figures."""
+    import pandas as pd
+
+    rows = []
+    for rd in sorted(((root or runs_dir()) / study).glob("*/engine.json")):
+        meta = json.loads(rd.read_text())
+        spec = json.loads((rd.parent / "spec.json").read_text())
+        rows.append({"run_id": rd.parent.name, "status": meta["status"], "error": meta.get("error"),
+                     **{f"spec.{k}": v for k, v in spec["engine"].items()}, **meta.get("engine", {})})
+    return pd.DataFrame(rows)

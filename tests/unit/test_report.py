@@ -1,0 +1,42 @@
+"""The runner's plumbing without notebooks: summaries, profiles, notebook selection, index page."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fp8lab.report import list_notebooks, load_profile, load_profiles, record_summary, write_index
+from fp8lab.specs import SpecError
+
+
+def test_record_summary_is_json_safe(tmp_path, monkeypatch):
+    monkeypatch.setenv("FP8LAB_SUMMARY_PATH", str(tmp_path / "s.json"))
+    path = record_summary({"ratio": np.float64(2.0), "n": np.int64(3), "bad": math.nan, "pair": (1, 2)})
+    assert json.loads(path.read_text()) == {"ratio": 2.0, "n": 3, "bad": None, "pair": [1, 2]}
+
+
+def test_profiles_have_cpu_and_h200():
+    profiles = load_profiles()
+    assert {"cpu-tiny", "h200"} <= set(profiles)
+    assert profiles["cpu-tiny"]["params"]["MODEL"] == "data/models/fp8lab-tiny-qwen3"
+    with pytest.raises(SpecError, match="Profile.name = 'nope': one of cpu-tiny"):
+        load_profile("nope")
+
+
+def test_notebook_selection_by_prefix_and_errors():
+    everything = list_notebooks()
+    assert everything and everything == sorted(everything)
+    assert list_notebooks(["00"]) == [p for p in everything if p.stem.startswith("00")]
+    with pytest.raises(SpecError, match="RunSpec.notebooks = 'zz'"):
+        list_notebooks(["zz"])
+
+
+def test_index_lists_each_notebook_with_status(tmp_path):
+    summary = {"profile": "cpu-tiny", "created_utc": "2026-11-29T00:00:00+00:00", "provenance": {"device": "CPU"},
+               "notebooks": {"00_x": {"status": "ok", "html": "00_x.html", "wall_s": 1.0, "summary": {"a": 1.5}},
+                             "01_y": {"status": "failed", "error": "boom", "wall_s": 2.0, "summary": None}}}
+    page = write_index(tmp_path, summary).read_text()
+    assert '<a href="00_x.html">00_x</a>' in page and "boom" in page and "failed" in page

@@ -1,0 +1,113 @@
+"""Spec validation: bad values fail before any engine starts, naming field, value and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp8lab.engine import classify_failure, root_cause, validate_phases
+from fp8lab.specs import EngineSpec, Phase, Request, SpecError, spec_hash
+
+
+@pytest.fixture()
+def model_dir(tmp_path):
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 4096}')
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("kv_cache_dtype", "fp9", "auto | fp8 | fp8_e4m3 | fp8_e5m2"),
+        ("block_size", 24, "allowed: 1 | 8 | 16"),
+        ("gpu_memory_utilization", 1.5, "(0.0, 1.0]"),
+        ("gpu_memory_utilization", 0.0, "(0.0, 1.0]"),
+        ("tensor_parallel_size", 0, "[1, 64]"),
+        ("tensor_parallel_size", 2.0, "[1, 64]"),
+        ("kv_cache_gib", -1, "(0.0, 4096.0]"),
+        ("max_num_seqs", 0, "[1, 65536]"),
+        ("load_format", "pt", "auto | safetensors | dummy"),
+        ("enforce_eager", "yes", "True or False"),
+        ("seed", -3, "[0, 2147483647]"),
+    ],
+)
+def test_bad_field_names_field_value_and_allowed(model_dir, field, value, allowed):
+    with pytest.raises(SpecError) as err:
+        EngineSpec(model=model_dir, **{field: value})
+    msg = str(err.value)
+    assert msg.startswith(f"EngineSpec.{field} = {value!r}: ")
+    assert allowed in msg
+    assert err.value.field == field and err.value.value == value
+
+
+def test_missing_model_folder_is_rejected(tmp_path):
+    with pytest.raises(SpecError, match="EngineSpec.model = .*config.json"):
+        EngineSpec(model=str(tmp_path / "nope"))
+
+
+def test_hub_id_passes_through_unchanged():
+    assert EngineSpec(model="Qwen/Qwen3-8B").model == "Qwen/Qwen3-8B"
+
+
+def test_relative_model_path_resolves_against_repo_root():
+    spec = EngineSpec(model="data/configs/qwen3-8b")
+    assert spec.model.endswith("data/configs/qwen3-8b") and spec.model.startswith("/")
+
+
+def test_tensor_parallel_size_is_accepted_and_hashed(model_dir):
+    a, b = EngineSpec(model=model_dir), EngineSpec(model=model_dir, tensor_parallel_size=2)
+    assert b.tensor_parallel_size == 2
+    assert spec_hash(a) != spec_hash(b) and spec_hash(a) == spec_hash(EngineSpec(model=model_dir))
+
+
+def test_spec_roundtrip_and_unknown_field(model_dir):
+    s = EngineSpec(model=model_dir, kv_cache_dtype="fp8", block_size=16)
+    assert EngineSpec.from_dict(s.to_dict()) == s
+    with pytest.raises(SpecError, match="EngineSpec.kv_dtype = 'fp8': allowed fields"):
+        EngineSpec.from_dict({**s.to_dict(), "kv_dtype": "fp8"})
+
+
+def test_request_validation():
+    with pytest.raises(SpecError, match="Request.prompt_token_ids"):
+        Request(prompt_token_ids=[], max_tokens=1)
+    with pytest.raises(SpecError, match="Request.max_tokens = 0"):
+        Request(prompt_token_ids=[1], max_tokens=0)
+    with pytest.raises(SpecError, match="Request.prompt_logprobs = 21"):
+        Request(prompt_token_ids=[1], max_tokens=1, prompt_logprobs=21)
+
+
+def test_phases_checked_against_max_model_len(model_dir):
+    spec = EngineSpec(model=model_dir)  # max_position_embeddings 4096 in the config
+    ok = Phase("a", (Request(prompt_token_ids=[1] * 4000, max_tokens=96),))
+    validate_phases(spec, [ok], "llm")
+    too_long = Phase("b", (Request(prompt_token_ids=[1] * 4000, max_tokens=97),))
+    with pytest.raises(SpecError, match="prompt_len \\+ max_tokens = 4097: at most max_model_len = 4096"):
+        validate_phases(spec, [too_long], "llm")
+    with pytest.raises(SpecError, match="distinct names"):
+        validate_phases(spec, [ok, ok], "llm")
+    with pytest.raises(SpecError, match="driver = 'sync'"):
+        validate_phases(spec, [ok], "sync")
+    with pytest.raises(SpecError, match="concurrency = 4: None with the 'llm' driver"):
+        validate_phases(spec, [Phase("c", ok.requests, concurrency=4)], "llm")
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
+        ("ValueError: To serve at least one request with the model's max seq len (32768), (0.05 GiB KV cache is "
+         "needed, which is larger than the available KV cache memory (0.02 GiB).", "oom"),
+        ("ValueError: No valid attention backend found for cuda with head_size 72", "unsupported"),
+        ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig", "invalid"),
+        ("RuntimeError: something odd", "error"),
+    ],
+)
+def test_failure_classification(text, status):
+    assert classify_failure(text) == status
+
+
+def test_root_cause_skips_the_generic_wrapper():
+    log = ("INFO starting\nTraceback (most recent call last):\n  File x\n"
+           "ValueError: No valid attention backend found\nTraceback (most recent call last):\n"
+           "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    assert root_cause(log, None) == "ValueError: No valid attention backend found"
+    assert root_cause("nothing here", "fallback") == "fallback"
