@@ -111,10 +111,14 @@ def git_commit() -> dict[str, Any]:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
 
+    if os.environ.get("FP8LAB_COMMIT"):  # a copy of the tree without git history (e.g. a remote GPU host)
+        return {"fp8lab_commit": os.environ["FP8LAB_COMMIT"], "fp8lab_dirty": None}
     try:
-        commit = git("rev-parse", "HEAD") or "unknown"
+        commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except Exception:
+        commit, dirty = "", None
+    if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
         commit, dirty = "unknown", None
     return {"fp8lab_commit": commit, "fp8lab_dirty": dirty}
 

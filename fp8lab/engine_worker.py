@@ -298,7 +298,10 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
         e["max_model_len"] = int(vcfg.model_config.max_model_len)
         e["max_num_seqs"] = int(vcfg.scheduler_config.max_num_seqs)
         e["max_num_batched_tokens"] = int(vcfg.scheduler_config.max_num_batched_tokens)
+        e["hybrid_kv_cache_manager"] = not bool(getattr(vcfg.scheduler_config, "disable_hybrid_kv_cache_manager", False))
+        e["kv_cache_size_tokens_vllm"] = getattr(cc, "kv_cache_size_tokens", None)
         e["mem_after_start_bytes"] = mem.used_bytes()
+        e["mem_per_device_after_start_bytes"] = mem.per_device_used()  # one entry per GPU of the run
         _write(path, res)
 
         loop = asyncio.new_event_loop() if engine is not None else None
