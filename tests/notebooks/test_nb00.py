@@ -1,0 +1,45 @@
+"""Notebook 00 executed top to bottom by papermill on the cpu-tiny profile, checked through its summary."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.report import load_profile, parameters_for, run_notebook
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def nb00(tmp_path_factory, runs_root):
+    nb = NOTEBOOKS_DIR / "00_kv_memory_estimation.ipynb"
+    out = tmp_path_factory.mktemp("nb00")
+    entry = run_notebook(nb, out, parameters_for(nb, load_profile("cpu-tiny")), progress=False)
+    return entry, out
+
+
+def test_runs_and_exports_html(nb00):
+    entry, out = nb00
+    assert entry["status"] == "ok", entry["error"]
+    html = (out / "00_kv_memory_estimation.html").read_text()
+    assert "KV-cache memory" in html and "<img" in html  # figures rendered into the report
+
+
+def test_formula_numbers(nb00):
+    s = nb00[0]["summary"]
+    # shipped model: 2 (K,V) x 6 layers x 2 KV heads x 64 head_dim x 2 bytes = 3072; fp8 halves it
+    assert s["bytes_per_token"] == {"auto": 3072, "fp8": 1536}
+    # Qwen3-8B: 2 x 36 x 8 x 128 x 2 = 147456 B/token; Llama-3-70B: 2 x 80 x 8 x 128 x 2 = 327680
+    assert s["configs_bytes_per_token"]["qwen3-8b"]["auto"] == 147456
+    assert s["configs_bytes_per_token"]["llama-3-70b"]["fp8"] == 163840
+    # KV halves, total memory does not: weights stay
+    tot = s["total_memory_vs_first"]["qwen3-8b"]["fp8"]
+    assert 0.5 < tot < 1.0
+
+
+def test_engine_matches_formula(nb00):
+    s = nb00[0]["summary"]
+    assert s["measured_ok"] and s["prediction_exact"] and s["max_abs_rel_error"] == 0.0
+    m = s["measured"]
+    # 1 GiB at 128-token blocks: 2**30 // (128 x 3072) = 2730 blocks (auto), 2**30 // (128 x 1536) = 5461 (fp8)
+    assert m["auto"]["engine_blocks"] == 2730 and m["fp8"]["engine_blocks"] == 5461
