@@ -146,7 +146,7 @@ def provenance(seed: int | None = None, with_torch: bool = True) -> dict[str, An
     import fp8lab
 
     p: dict[str, Any] = {
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "fp8lab_version": fp8lab.__version__,
         **git_commit(),
         "python": platform.python_version(),

@@ -19,9 +19,10 @@ import re
 import signal
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from fp8lab.specs import EngineSpec, Phase, Request, SpecError, check_choice
 

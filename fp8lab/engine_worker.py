@@ -69,7 +69,7 @@ class Sampler:
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self._thread.start()
         return self
 
@@ -217,7 +217,7 @@ async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_
         # client-observed: TTFT from send to first delta; ITL between consecutive deltas, a delta of k
         # tokens (merged when the consumer lags) counts as k gaps of equal size.
         itl: list[float] = []
-        for prev, cur, k in zip(token_times, token_times[1:], token_counts[1:]):
+        for prev, cur, k in zip(token_times, token_times[1:], token_counts[1:], strict=False):
             itl.extend([(cur - prev) / k] * k)
         row.update(ttft_s=token_times[0] - sent, e2e_s=token_times[-1] - sent, itl_s=itl,
                    tpot_s=(token_times[-1] - token_times[0]) / (n - 1) if n > 1 else float("nan"),

@@ -13,8 +13,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT, runs_dir
 from fp8lab.specs import SpecError
@@ -187,7 +188,7 @@ def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | Non
     summary = {
         "profile": profile_name,
         "description": profile.get("description", ""),
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "provenance": provenance(with_torch=False),
         "notebooks": {e["notebook"]: e for e in entries},
     }

@@ -13,8 +13,9 @@ import dataclasses
 import hashlib
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fp8lab.engine import Driver, EngineResult, run_engine
 from fp8lab.paths import runs_dir
@@ -117,7 +118,7 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     return res
 
 
-def collect(study: str, root: Path | None = None) -> "Any":
+def collect(study: str, root: Path | None = None) -> Any:
     """All stored runs of a study as one DataFrame: a row per run with its spec, status and engine figures."""
     import pandas as pd
 

@@ -148,14 +148,14 @@ class EngineSpec:
     def is_fp8(self) -> bool:
         return self.kv_cache_dtype.startswith("fp8")
 
-    def replace(self, **changes: Any) -> "EngineSpec":
+    def replace(self, **changes: Any) -> EngineSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EngineSpec":
+    def from_dict(cls, d: dict[str, Any]) -> EngineSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:

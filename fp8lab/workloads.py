@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from fp8lab.paths import TEXT_DIR
 from fp8lab.specs import Request, SpecError, check_choice, check_float, check_int

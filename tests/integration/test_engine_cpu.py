@@ -54,7 +54,7 @@ def test_formula_predicts_engine_capacity(ab_runs, tiny_model):
 
 
 def test_timings_present_and_sane(ab_runs):
-    for dt, res in ab_runs.items():
+    for res in ab_runs.values():
         main = res.records[res.records.phase == "main"]
         assert len(main) == 4
         assert (main.output_tokens == N_OUT).all() and (main.prompt_tokens == len(PROMPT)).all()

@@ -1,0 +1,41 @@
+"""Repository checks CI enforces: notebooks committed stripped with one parameters cell; ruff clean."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
+
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert any(p.name.startswith("00_") for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stripped_and_parameterized(path):
+    nb = nbformat.read(str(path), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "commit notebooks stripped"
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
+    names = [ln.split("=")[0].strip() for ln in tagged[0].source.splitlines() if "=" in ln and not ln.startswith((" ", "#"))]
+    assert names and all(n.isupper() for n in names), names
+
+
+def test_ruff_clean():
+    ruff = shutil.which("ruff") or str(REPO_ROOT / ".venv/bin/ruff")
+    res = subprocess.run([ruff, "check", "fp8lab", "tests", "notebooks", "scripts"], cwd=REPO_ROOT,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
+
+
+def test_package_imports_without_torch():
+    code = "import sys, fp8lab.cli, fp8lab.kvmath, fp8lab.specs; print(any(m in sys.modules for m in ('torch', 'vllm')))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
