@@ -18,7 +18,16 @@ N_OUT = 12
 
 
 def _children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    """Live descendants of the test process, other than multiprocessing's resource tracker (one per
+    parent process, started with the first spawned worker and meant to outlive it)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 @pytest.fixture(scope="module")
