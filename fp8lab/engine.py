@@ -35,7 +35,7 @@ _FAILURE_PATTERNS: list[tuple[str, str]] = [
             r"larger than the available KV cache memory|No available memory for the cache blocks|"
             r"Insufficient memory|Cannot allocate memory|MemoryError"),
     ("unsupported", r"No valid attention backend|not supported|Unsupported|NotImplementedError|"
-                    r"does not support|requires SM|is not available"),
+                    r"does not support|requires SM|is not available|No common block size"),
     ("invalid", r"ValidationError|Input should be|must be|exceeds|is greater than|invalid|TypeError: .*argument"),
 ]
 

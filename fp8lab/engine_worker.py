@@ -52,6 +52,8 @@ def _engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
             kw[key] = spec[key]
     if spec.get("kv_cache_gib") is not None:
         kw["kv_cache_memory_bytes"] = int(spec["kv_cache_gib"] * 2**30)
+    if spec.get("calculate_kv_scales"):  # only when asked: vLLM 0.32 no longer accepts the argument
+        kw["calculate_kv_scales"] = True
     return kw
 
 
@@ -200,6 +202,8 @@ async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_
     sent = time.perf_counter()
     token_times: list[float] = []
     token_counts: list[int] = []
+    token_ids: list[int] = []
+    prompt_lp, output_lp = None, []  # DELTA mode: prompt logprobs come once, at the end of prefill
     final = None
     async for out in engine.generate(_tokens_prompt(req), _sampling_params(req, stream=True), rid):
         now = time.perf_counter()
@@ -207,12 +211,21 @@ async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_
         if k:
             token_times.append(now)
             token_counts.append(k)
+            token_ids.extend(int(t) for t in out.outputs[0].token_ids)
+        if prompt_lp is None and out.prompt_logprobs:
+            prompt_lp = out.prompt_logprobs
+        output_lp.extend(out.outputs[0].logprobs or [])
         final = out
     row: dict[str, Any] = {"phase": phase, "request": idx, "cls": req["cls"], "tag": req["tag"],
                            "prompt_tokens": len(req["prompt_token_ids"]), "sent_s": sent - t_start}
     n = sum(token_counts)
     row["output_tokens"] = n
     row["finish_reason"] = final.outputs[0].finish_reason if final is not None else None
+    row["output_token_ids"] = token_ids
+    if req["prompt_logprobs"] is not None:
+        row.update(_logprob_columns(prompt_lp, list(req["prompt_token_ids"]), "prompt", req["prompt_logprobs"]))
+    if req["logprobs"] is not None:
+        row.update(_logprob_columns(output_lp, token_ids, "output", req["logprobs"]))
     if token_times:
         # client-observed: TTFT from send to first delta; ITL between consecutive deltas, a delta of k
         # tokens (merged when the consumer lags) counts as k gaps of equal size.

@@ -97,7 +97,9 @@ class EngineSpec:
 
     ``kv_cache_gib`` is the KV-cache budget in GiB: on CPU it becomes ``VLLM_CPU_KVCACHE_SPACE``,
     on GPU ``kv_cache_memory_bytes``; ``None`` lets vLLM size the cache from
-    ``gpu_memory_utilization`` (GPU) or its own default (CPU).
+    ``gpu_memory_utilization`` (GPU) or its own default (CPU). ``calculate_kv_scales``: ask vLLM
+    for dynamic FP8 KV scales (passed only when True: vLLM 0.26 offers it, deprecated; 0.32 removed
+    it and the engine fails with a TypeError, recorded as ``invalid``; vllm-notes section 4).
     """
 
     model: str
@@ -116,6 +118,7 @@ class EngineSpec:
     enable_prefix_caching: bool = False
     skip_tokenizer_init: bool = False
     attention_backend: str | None = None
+    calculate_kv_scales: bool = False
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
@@ -142,6 +145,7 @@ class EngineSpec:
         check_int(self, "seed", self.seed, 0, 2**31 - 1)
         check_bool(self, "enable_prefix_caching", self.enable_prefix_caching)
         check_bool(self, "skip_tokenizer_init", self.skip_tokenizer_init)
+        check_bool(self, "calculate_kv_scales", self.calculate_kv_scales)
         check_float(self, "timeout_s", self.timeout_s, 0.0, 86400.0, lo_open=True)
 
     @property

