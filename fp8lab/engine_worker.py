@@ -139,7 +139,7 @@ def _sampling_params(req: dict[str, Any], stream: bool = False):
     from vllm.sampling_params import RequestOutputKind
 
     kw: dict[str, Any] = dict(
-        temperature=0.0,
+        temperature=float(req.get("temperature", 0.0)),  # 0: greedy
         max_tokens=req["max_tokens"],
         ignore_eos=not req["stop_at_eos"],
         detokenize=False,

@@ -186,6 +186,8 @@ class Request:
     the request class (e.g. ``"short"``); ``arrival_s`` is the offset from the start of an
     open-loop schedule in seconds (``None`` for closed loop / offline).
     ``prompt_logprobs`` / ``logprobs``: how many top tokens to return per prompt / output position.
+    ``temperature``: 0 (greedy, every study's default) or the sampling temperature (the fidelity check
+    uses 1.0 with top-p 1, as ``vllm bench throughput`` does: sampling costs more than greedy).
     """
 
     prompt_token_ids: tuple[int, ...]
@@ -196,6 +198,7 @@ class Request:
     logprobs: int | None = None
     stop_at_eos: bool = False
     tag: str = ""
+    temperature: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_token_ids", tuple(int(t) for t in self.prompt_token_ids))
@@ -205,6 +208,7 @@ class Request:
         check_float(self, "arrival_s", self.arrival_s, 0.0, 1e9, optional=True)
         check_int(self, "prompt_logprobs", self.prompt_logprobs, 0, 20, optional=True)
         check_int(self, "logprobs", self.logprobs, 0, 20, optional=True)
+        check_float(self, "temperature", self.temperature, 0.0, 100.0)
 
     @property
     def prompt_len(self) -> int:

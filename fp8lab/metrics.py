@@ -1,0 +1,362 @@
+"""Serving metrics and the statistics of an A/B comparison (pure numpy/pandas: no vLLM, no torch).
+
+Units: seconds for latencies in the data (tables may show milliseconds and say so), tokens per second
+for throughput, requests per second for rates.
+
+Definitions (the ones the serving study reports):
+
+- **TTFT**: time from sending a request to receiving its first output token (client side, so it
+  includes queueing in the engine).
+- **TPOT**: time per output token *excluding the first token*: ``(t_last - t_first) / (n - 1)`` for a
+  request of ``n`` output tokens; this is vLLM's own ``mean_time_per_output_token``.
+- **ITL**: every gap between two consecutive output tokens of a request (``n - 1`` gaps per
+  request); a distribution, not one number per request.
+- **E2E**: send to last token.
+- Percentiles use numpy's default linear interpolation between order statistics
+  (``numpy.percentile(..., method="linear")``, Hyndman & Fan type 7).
+- **Bootstrap CI of a delta**: percentile bootstrap (Efron & Tibshirani, *An Introduction to the
+  Bootstrap*, 1993, ch. 13) of ``stat(B) / stat(A) - 1``. With ``clusters`` the resampling is two-level
+  (trials with replacement, then requests within each chosen trial), so engine-to-engine variation
+  widens the interval (Davison & Hinkley, *Bootstrap Methods*, 1997, sec. 3.8). A delta whose interval
+  contains zero is labelled ``"within noise"``.
+- **Noise floor**: the same configuration measured against itself: the relative difference between
+  two trials of one config, over every pair of trials of every config.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Percentiles reported for every latency metric.
+PERCENTILES: tuple[int, ...] = (50, 95, 99)
+#: Per-request latency columns of the engine records (seconds).
+REQUEST_LATENCIES: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s")
+
+
+# --------------------------------------------------------------------------------------------------
+# Percentiles and per-class tables
+# --------------------------------------------------------------------------------------------------
+
+
+def _finite(values: Iterable[float]) -> np.ndarray:
+    a = np.asarray(list(values) if not isinstance(values, (np.ndarray, pd.Series)) else values, dtype=float)
+    return a[np.isfinite(a)]
+
+
+def percentiles(values: Iterable[float], qs: Sequence[float] = PERCENTILES) -> dict[str, float]:
+    """``{"n", "mean", "p50", "p95", "p99"}`` of the finite ``values`` (NaN/inf dropped; NaN when empty).
+
+    >>> percentiles([1, 2, 3, 4])["p50"]
+    2.5
+    """
+    a = _finite(values)
+    out: dict[str, float] = {"n": int(a.size), "mean": float(a.mean()) if a.size else float("nan")}
+    for q in qs:
+        out[f"p{q:g}"] = float(np.percentile(a, q)) if a.size else float("nan")
+    return out
+
+
+def explode_itl(records: pd.DataFrame, keep: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per inter-token gap: the ``itl_s`` lists of ``records`` (one list per request, ``n - 1``
+    gaps) exploded to a column ``itl_s``, with ``keep`` columns repeated and ``gap`` (0-based index)."""
+    cols = [c for c in keep if c in records.columns]
+    if "itl_s" not in records.columns or records.empty:
+        return pd.DataFrame(columns=[*cols, "gap", "itl_s"])
+    df = records[[*cols, "itl_s"]].copy()
+    df["itl_s"] = df["itl_s"].map(lambda v: list(v) if v is not None and not isinstance(v, float) else [])
+    df["gap"] = df["itl_s"].map(lambda v: list(range(len(v))))
+    df = df.explode(["itl_s", "gap"], ignore_index=True).dropna(subset=["itl_s"])
+    df["itl_s"] = df["itl_s"].astype(float)
+    df["gap"] = df["gap"].astype(int)
+    return df
+
+
+def latency_table(records: pd.DataFrame, by: Sequence[str] = ("kv_dtype", "cls"), scale: float = 1e3,
+                  metrics: Sequence[str] = ("ttft_s", "tpot_s", "itl_s", "e2e_s")) -> pd.DataFrame:
+    """Tidy table: one row per group of ``by`` and metric, columns ``n, mean, p50, p95, p99``.
+
+    ``ttft_s``, ``tpot_s`` and ``e2e_s`` count one value per request; ``itl_s`` pools every gap of every
+    request of the group. Values are multiplied by ``scale`` (1e3: milliseconds) and the metric is
+    renamed accordingly (``ttft_ms`` ...).
+    """
+    by = [b for b in by if b in records.columns]
+    unit = {1e3: "ms", 1.0: "s", 1e6: "us"}.get(scale, f"x{scale:g}")
+    rows = []
+    groups = records.groupby(by, sort=True, dropna=False) if by else [((), records)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        for m in metrics:
+            if m == "itl_s":
+                vals = explode_itl(g)["itl_s"].to_numpy() if "itl_s" in g else np.array([])
+            elif m in g:
+                vals = g[m].to_numpy(dtype=float)
+            else:
+                continue
+            st = percentiles(vals * scale)
+            rows.append({**dict(zip(by, key, strict=True)), "metric": m.removesuffix("_s") + f"_{unit}", **st})
+    return pd.DataFrame(rows)
+
+
+def ecdf(values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Empirical CDF: sorted finite values ``x`` and ``F(x) = i / n`` for ``i = 1..n``."""
+    x = np.sort(_finite(values))
+    return x, np.arange(1, x.size + 1) / max(x.size, 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Throughput and rates
+# --------------------------------------------------------------------------------------------------
+
+
+def throughput(prompt_tokens: float, output_tokens: float, wall_s: float, requests: int | None = None) -> dict[str, float]:
+    """Tokens per second over a phase's wall time: ``input_tok_s`` (prompt tokens), ``output_tok_s``,
+    ``total_tok_s`` (both), and ``requests_s`` when ``requests`` is given."""
+    if not wall_s or wall_s <= 0:
+        nan = float("nan")
+        return {"input_tok_s": nan, "output_tok_s": nan, "total_tok_s": nan, "requests_s": nan}
+    out = {"input_tok_s": prompt_tokens / wall_s, "output_tok_s": output_tokens / wall_s,
+           "total_tok_s": (prompt_tokens + output_tokens) / wall_s}
+    if requests is not None:
+        out["requests_s"] = requests / wall_s
+    return out
+
+
+def achieved_rate(sent_s: Iterable[float]) -> float:
+    """Requests per second actually sent: ``(n - 1) / (last send - first send)`` (NaN for fewer than 2)."""
+    t = np.sort(_finite(sent_s))
+    if t.size < 2 or t[-1] <= t[0]:
+        return float("nan")
+    return float((t.size - 1) / (t[-1] - t[0]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Bootstrap confidence intervals of a delta
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeltaCI:
+    """``stat(B)`` vs ``stat(A)``: ``delta = stat(B) / stat(A) - 1`` (a fraction; ``delta_pct`` in %), its
+    bootstrap ``ci`` (``lo``, ``hi``, fractions), and ``label`` = ``"within noise"`` when the interval
+    contains zero, else ``"B higher"`` / ``"B lower"``."""
+
+    a: float
+    b: float
+    delta: float
+    lo: float
+    hi: float
+    n_a: int
+    n_b: int
+    n_boot: int
+    ci: float = 0.95
+
+    @property
+    def within_noise(self) -> bool:
+        return bool(not np.isfinite(self.lo) or not np.isfinite(self.hi) or self.lo <= 0.0 <= self.hi)
+
+    @property
+    def label(self) -> str:
+        if self.within_noise:
+            return "within noise"
+        return "B higher" if self.delta > 0 else "B lower"
+
+    def as_dict(self, pct: bool = True) -> dict[str, Any]:
+        d = asdict(self)
+        if pct:
+            for k in ("delta", "lo", "hi"):
+                d[f"{k}_pct"] = 100.0 * d.pop(k)
+        d["within_noise"] = self.within_noise
+        d["label"] = self.label
+        return d
+
+
+def statistic_fn(statistic: str | Callable[[np.ndarray], float]) -> Callable[[np.ndarray], float]:
+    """``"mean"`` | ``"median"`` | ``"pNN"`` (e.g. ``"p99"``) | a callable -> a function of a 1-D array."""
+    if callable(statistic):
+        return statistic
+    if statistic == "mean":
+        return lambda x: float(np.mean(x))
+    if statistic == "median":
+        return lambda x: float(np.median(x))
+    if statistic.startswith("p"):
+        q = float(statistic[1:])
+        return lambda x: float(np.percentile(x, q))
+    raise ValueError(f"statistic = {statistic!r}: allowed: mean | median | pNN (e.g. p99) | a callable")
+
+
+def _groups(values: np.ndarray, clusters: Sequence[Any] | None) -> list[np.ndarray]:
+    if clusters is None:
+        return [values]
+    cl = np.asarray(clusters)
+    if cl.shape[0] != values.shape[0]:
+        raise ValueError(f"clusters has {cl.shape[0]} entries for {values.shape[0]} values")
+    return [values[cl == c] for c in pd.unique(cl)]
+
+
+def _resample(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """One bootstrap replicate: clusters with replacement, then values within each chosen cluster
+    (one cluster: a plain resample of the values)."""
+    if len(groups) == 1:
+        g = groups[0]
+        return g[rng.integers(0, g.size, g.size)]
+    picks = rng.integers(0, len(groups), len(groups))
+    return np.concatenate([groups[i][rng.integers(0, groups[i].size, groups[i].size)] for i in picks])
+
+
+def bootstrap_delta(a: Iterable[float], b: Iterable[float], statistic: str | Callable = "mean", *,
+                    clusters_a: Sequence[Any] | None = None, clusters_b: Sequence[Any] | None = None,
+                    n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> DeltaCI:
+    """Relative delta ``stat(b) / stat(a) - 1`` with a percentile-bootstrap ``ci`` interval.
+
+    ``a`` and ``b`` are independent samples (e.g. the TTFTs of every request under auto and under
+    fp8). ``clusters_a`` / ``clusters_b`` (same length as the values; e.g. the trial of each request)
+    make the bootstrap two-level. NaN/inf values are dropped together with their cluster labels.
+    """
+    stat = statistic_fn(statistic)
+
+    def prep(v, cl):
+        arr = np.asarray(list(v) if not isinstance(v, (np.ndarray, pd.Series)) else v, dtype=float)
+        keep = np.isfinite(arr)
+        cl = None if cl is None else np.asarray(cl)[keep]
+        return arr[keep], cl
+
+    va, ca = prep(a, clusters_a)
+    vb, cb = prep(b, clusters_b)
+    nan = float("nan")
+    if va.size == 0 or vb.size == 0:
+        return DeltaCI(nan, nan, nan, nan, nan, int(va.size), int(vb.size), 0, ci)
+    sa, sb = stat(va), stat(vb)
+    delta = sb / sa - 1.0 if sa != 0 else nan
+    ga, gb = _groups(va, ca), _groups(vb, cb)
+    rng = np.random.default_rng(seed)
+    boots = np.empty(n_boot)
+    for i in range(n_boot):
+        ra, rb = stat(_resample(ga, rng)), stat(_resample(gb, rng))
+        boots[i] = rb / ra - 1.0 if ra != 0 else nan
+    boots = boots[np.isfinite(boots)]
+    alpha = (1.0 - ci) / 2.0
+    lo, hi = (np.quantile(boots, [alpha, 1.0 - alpha]) if boots.size else (nan, nan))
+    return DeltaCI(float(sa), float(sb), float(delta), float(lo), float(hi), int(va.size), int(vb.size), n_boot, ci)
+
+
+def bootstrap_paired_delta(a: Iterable[float], b: Iterable[float], *, n_boot: int = 2000, ci: float = 0.95,
+                           seed: int = 0) -> DeltaCI:
+    """Relative delta of paired measurements (``a[i]``, ``b[i]`` taken back to back, e.g. trial ``i`` of
+    auto and of fp8 in an A B A B plan): the mean of ``b[i] / a[i] - 1`` with a percentile-bootstrap
+    interval over pairs. With 3 pairs there are only 10 distinct resamples: the interval is coarse and
+    honest about it."""
+    va = np.asarray(list(a), dtype=float)
+    vb = np.asarray(list(b), dtype=float)
+    if va.shape != vb.shape:
+        raise ValueError(f"paired samples differ in length: {va.size} vs {vb.size}")
+    keep = np.isfinite(va) & np.isfinite(vb) & (va != 0)
+    va, vb = va[keep], vb[keep]
+    nan = float("nan")
+    if va.size == 0:
+        return DeltaCI(nan, nan, nan, nan, nan, 0, 0, 0, ci)
+    rel = vb / va - 1.0
+    rng = np.random.default_rng(seed)
+    boots = rel[rng.integers(0, rel.size, (n_boot, rel.size))].mean(axis=1)
+    alpha = (1.0 - ci) / 2.0
+    lo, hi = np.quantile(boots, [alpha, 1.0 - alpha])
+    return DeltaCI(float(va.mean()), float(vb.mean()), float(rel.mean()), float(lo), float(hi),
+                   int(va.size), int(vb.size), n_boot, ci)
+
+
+# --------------------------------------------------------------------------------------------------
+# Noise floor: a configuration against itself
+# --------------------------------------------------------------------------------------------------
+
+
+def self_deltas(per_trial: pd.DataFrame, value: str = "value", config: str = "kv_dtype",
+                trial: str = "trial") -> pd.DataFrame:
+    """Every pair of trials of the same config: rows ``config, trial_i, trial_j, rel_diff`` with
+    ``rel_diff = v_j / v_i - 1`` (``per_trial`` has one row per config and trial)."""
+    rows = []
+    for cfg, g in per_trial.groupby(config, sort=False):
+        g = g.sort_values(trial)
+        for (_, ri), (_, rj) in itertools.combinations(g.iterrows(), 2):
+            vi, vj = float(ri[value]), float(rj[value])
+            rows.append({config: cfg, "trial_i": ri[trial], "trial_j": rj[trial],
+                         "rel_diff": vj / vi - 1.0 if vi else float("nan")})
+    return pd.DataFrame(rows, columns=[config, "trial_i", "trial_j", "rel_diff"])
+
+
+def noise_floor(per_trial: pd.DataFrame, value: str = "value", config: str = "kv_dtype",
+                trial: str = "trial") -> dict[str, float]:
+    """The same config against itself: ``max_pct`` (the largest |relative difference| between two trials
+    of one config, over all configs) and ``median_pct``, in percent, with ``n_pairs``. A measured A/B delta
+    smaller than ``max_pct`` is not distinguishable from run-to-run variation on this machine."""
+    d = self_deltas(per_trial, value, config, trial)["rel_diff"].abs().dropna()
+    if d.empty:
+        return {"max_pct": float("nan"), "median_pct": float("nan"), "n_pairs": 0}
+    return {"max_pct": 100.0 * float(d.max()), "median_pct": 100.0 * float(d.median()), "n_pairs": int(d.size)}
+
+
+# --------------------------------------------------------------------------------------------------
+# What the engine held at each decode step (for the roofline comparison)
+# --------------------------------------------------------------------------------------------------
+
+
+def decode_steps(records: pd.DataFrame) -> pd.DataFrame:
+    """Per inter-token gap of ``records`` (one phase of one engine: columns ``sent_s``, ``ttft_s``,
+    ``prompt_tokens``, ``itl_s``), estimate what the engine held when that token was produced.
+
+    Token ``k`` of a request arrives at ``sent + ttft + sum(itl[:k])``. For each gap ending at time
+    ``t``: ``batch`` = requests in flight at ``t`` (sent, last token not yet received) and
+    ``kv_tokens`` = the sum over them of ``prompt_tokens + tokens received so far`` (the context the
+    step had to read). Client-side timestamps, so approximate by one step. Returns columns
+    ``request, itl_s, t_s, batch, kv_tokens, context``.
+    """
+    need = {"sent_s", "ttft_s", "prompt_tokens", "itl_s"}
+    if records.empty or not need <= set(records.columns):
+        return pd.DataFrame(columns=["request", "itl_s", "t_s", "batch", "kv_tokens", "context"])
+    starts, ends, prompts, tok_times, tok_req = [], [], [], [], []
+    gaps = []
+    for i, r in enumerate(records.itertuples(index=False)):
+        itl = np.asarray(list(r.itl_s) if r.itl_s is not None and not isinstance(r.itl_s, float) else [], dtype=float)
+        if not np.isfinite(r.ttft_s):
+            continue
+        first = r.sent_s + r.ttft_s
+        times = first + np.concatenate([[0.0], np.cumsum(itl)])
+        starts.append(r.sent_s)
+        ends.append(times[-1])
+        prompts.append(r.prompt_tokens)
+        tok_times.append(times)
+        tok_req.append(np.full(times.size, i))
+        for k in range(itl.size):
+            gaps.append((i, itl[k], times[k + 1], r.prompt_tokens + k + 1))
+    if not gaps:
+        return pd.DataFrame(columns=["request", "itl_s", "t_s", "batch", "kv_tokens", "context"])
+    starts, ends, prompts = np.asarray(starts), np.asarray(ends), np.asarray(prompts, dtype=float)
+    all_tok = np.sort(np.concatenate(tok_times))
+    order_s, order_e = np.argsort(starts), np.argsort(ends)
+    s_sorted, e_sorted = starts[order_s], ends[order_e]
+    cum_p_s = np.concatenate([[0.0], np.cumsum(prompts[order_s])])
+    cum_p_e = np.concatenate([[0.0], np.cumsum(prompts[order_e])])
+    ntok = np.asarray([t.size for t in tok_times], dtype=float)
+    cum_n_e = np.concatenate([[0.0], np.cumsum(ntok[order_e])])
+    g = np.asarray(gaps)
+    t = g[:, 2]
+    # a token that arrives at t belongs to the step that ends at t: count tokens received before t
+    # (strictly) and requests that finished before t (strictly); the step's own token is excluded.
+    started = np.searchsorted(s_sorted, t, side="right")
+    finished = np.searchsorted(e_sorted, t, side="left")
+    batch = started - finished
+    tokens_before = np.searchsorted(all_tok, t, side="left")
+    kv = (cum_p_s[started] - cum_p_e[finished]) + (tokens_before - cum_n_e[finished])
+    return pd.DataFrame({"request": g[:, 0].astype(int), "itl_s": g[:, 1], "t_s": t,
+                         "batch": batch.astype(int), "kv_tokens": kv, "context": g[:, 3]})
+
+
+__all__ = [
+    "DeltaCI", "PERCENTILES", "REQUEST_LATENCIES", "achieved_rate", "bootstrap_delta", "bootstrap_paired_delta",
+    "decode_steps", "ecdf", "explode_itl", "latency_table", "noise_floor", "percentiles", "self_deltas", "statistic_fn",
+    "throughput",
+]

@@ -1,0 +1,1059 @@
+"""The serving study: does FP8 KV cache change throughput and latency, beyond noise?
+
+One :class:`ServingPlan` describes the whole A/B study. :func:`run_study` starts ONE engine per
+(kv dtype, trial), interleaved A B A B ..., each serving every workload phase of that trial through
+vLLM's ``AsyncLLM`` with streaming (the ``async`` driver of :mod:`fp8lab.engine`, so every token is
+timestamped by the client):
+
+1. ``warmup``: ``warmup_requests`` requests from the mix (discarded from every table);
+2. ``closed-c<N>``: closed loop, ``N`` requests in flight, for each ``N`` of the concurrency sweep;
+3. ``open-<process>-<rate>``: open loop, requests sent at ``rate`` per second (constant spacing or a
+   Poisson process) whether or not earlier ones have finished;
+4. ``cap-c<N>`` (first ``capacity_trials`` trials only): ``N`` identical requests of
+   ``capacity_shape`` at once, for a ladder of ``N`` around the KV formula's prediction, to find the
+   largest concurrency that runs without preemption.
+
+Runs go through :func:`fp8lab.results.run_cached` (a finished run is loaded, not repeated; a failed one
+is kept with its reason). The analysis functions turn a :class:`ServingResult` into tidy tables for
+the notebook: capacity, throughput vs concurrency, per-class latency percentiles, the fp8-vs-baseline
+deltas with bootstrap CIs (:mod:`fp8lab.metrics`), the noise floor, the capacity search and the
+roofline comparison (:mod:`fp8lab.roofline`). :func:`fidelity_check` compares fp8lab's offline
+throughput with vLLM's own ``vllm bench throughput`` on the same settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from fp8lab import kvmath, metrics, roofline
+from fp8lab.specs import EngineSpec, KVDtype, Phase, Request, SpecError, check_choice, check_float, check_int
+from fp8lab.workloads import REPORT_MIX, PromptSource, RequestClass, build_requests, parse_mix, with_arrivals
+
+Arrival = Literal["constant", "poisson"]
+STUDY = "01_kv_dtype_auto_vs_fp8"
+#: vLLM's default block size when none is given: 16 on GPU, 128 on the CPU backend (vllm-notes section 3).
+DEFAULT_BLOCK_SIZE = {"gpu": 16, "cpu": 128}
+
+
+def _on_gpu() -> bool:
+    from fp8lab.devices import gpu_facts  # NVML only: never initialises CUDA in the caller
+
+    return bool(gpu_facts())
+
+
+def default_block_size() -> int:
+    return DEFAULT_BLOCK_SIZE["gpu" if _on_gpu() else "cpu"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """Everything the serving study runs. ``engine`` is the base engine; each arm replaces its
+    ``kv_cache_dtype`` with one of ``kv_dtypes`` (the first is the baseline A, the others are B).
+
+    ``concurrency``: closed-loop sweep (``()`` = powers of two up to the KV capacity limit of the
+    mix's mean request at the largest-capacity dtype, see :func:`resolve_concurrency`);
+    ``closed_loop_requests`` requests per sweep point (at least the point's concurrency). ``rates`` (requests/s) x ``arrivals`` give the
+    open-loop phases of ``open_loop_requests`` requests each. ``capacity_shape = (input, output)``
+    tokens of the capacity search (``None``: no search); its ladder is the formula's prediction
+    ``P`` with ``P - 1``, ``P + 1`` and ``round(P x f)`` for ``f`` in ``capacity_factors``.
+    ``prompt_source``: ``"text"`` (held-out text, needs the model's tokenizer) | ``"random"`` (dummy
+    weights). ``seed`` seeds the request draws; every arm and trial gets the same requests.
+    """
+
+    engine: EngineSpec
+    kv_dtypes: tuple[str, ...] = ("auto", "fp8")
+    mix: tuple[RequestClass, ...] = REPORT_MIX
+    concurrency: tuple[int, ...] = ()
+    closed_loop_requests: int = 64
+    rates: tuple[float, ...] = ()
+    arrivals: tuple[str, ...] = ("constant", "poisson")
+    open_loop_requests: int = 64
+    warmup_requests: int = 50
+    trials: int = 3
+    capacity_shape: tuple[int, int] | None = (64, 128)
+    capacity_factors: tuple[float, ...] = (0.5, 1.5)
+    capacity_trials: int = 1
+    prompt_source: PromptSource = "text"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, EngineSpec):
+            raise SpecError("ServingPlan", "engine", type(self.engine).__name__, "an fp8lab.specs.EngineSpec")
+        setf = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        setf("kv_dtypes", tuple(self.kv_dtypes))
+        for d in self.kv_dtypes:
+            check_choice(self, "kv_dtypes", d, KVDtype)
+        if len(set(self.kv_dtypes)) < 2 or len(set(self.kv_dtypes)) != len(self.kv_dtypes):
+            raise SpecError("ServingPlan", "kv_dtypes", self.kv_dtypes,
+                            "at least two distinct kv dtypes; the first is the baseline, e.g. ['auto', 'fp8']")
+        setf("mix", parse_mix(self.mix))
+        setf("concurrency", tuple(sorted(set(self.concurrency or ()))))
+        for c in self.concurrency:
+            check_int(self, "concurrency", c, 1, 100_000)
+        check_int(self, "closed_loop_requests", self.closed_loop_requests, 1, 10_000_000)
+        setf("rates", tuple(float(r) if isinstance(r, int) and not isinstance(r, bool) else r for r in self.rates or ()))
+        for r in self.rates:
+            check_float(self, "rates", r, 0.0, 1e6, lo_open=True)
+        setf("arrivals", tuple(self.arrivals))
+        if self.rates and not self.arrivals:
+            raise SpecError("ServingPlan", "arrivals", self.arrivals, "at least one of constant | poisson when rates are given")
+        for a in self.arrivals:
+            check_choice(self, "arrivals", a, Arrival)
+        check_int(self, "open_loop_requests", self.open_loop_requests, 2, 10_000_000)
+        check_int(self, "warmup_requests", self.warmup_requests, 0, 10_000_000)
+        check_int(self, "trials", self.trials, 3, 1000)  # the issue's minimum: 3 trials per configuration
+        if self.capacity_shape is not None:
+            shape = tuple(self.capacity_shape)
+            if len(shape) != 2:
+                raise SpecError("ServingPlan", "capacity_shape", self.capacity_shape, "[input_len, output_len] or None")
+            for v in shape:
+                check_int(self, "capacity_shape", v, 1, 10_000_000)
+            setf("capacity_shape", shape)
+        setf("capacity_factors", tuple(float(f) for f in self.capacity_factors))
+        for f in self.capacity_factors:
+            check_float(self, "capacity_factors", f, 0.0, 100.0, lo_open=True)
+        check_int(self, "capacity_trials", self.capacity_trials, 0, self.trials)
+        check_choice(self, "prompt_source", self.prompt_source, PromptSource)
+        check_int(self, "seed", self.seed, 0, 2**31 - 1)
+        limit = self.engine.max_model_len if self.engine.max_model_len not in (None, -1) else None
+        shapes = [(c.name, c.input_len + c.output_len) for c in self.mix]
+        if self.capacity_shape is not None:
+            shapes.append(("capacity_shape", sum(self.capacity_shape)))
+        for name, total in shapes:
+            if limit is not None and total > limit:
+                raise SpecError("ServingPlan", f"mix[{name}]" if name != "capacity_shape" else name, total,
+                                f"input + output tokens at most engine.max_model_len = {limit}")
+
+    @property
+    def baseline(self) -> str:
+        return self.kv_dtypes[0]
+
+    def spec_for(self, kv_dtype: str) -> EngineSpec:
+        return self.engine.replace(kv_cache_dtype=kv_dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["engine"] = self.engine.to_dict()
+        return d
+
+
+def trial_order(kv_dtypes: Sequence[str], trials: int) -> list[tuple[int, str]]:
+    """The interleaved run order ``A B A B ...``: ``[(0, A), (0, B), (1, A), (1, B), ...]``."""
+    return [(t, d) for t in range(trials) for d in kv_dtypes]
+
+
+def mean_context(mix: Sequence[RequestClass]) -> float:
+    """Weighted mean of ``input_len + output_len`` over the mix (tokens per request at its end)."""
+    w = sum(c.weight for c in mix)
+    return sum(c.weight * (c.input_len + c.output_len) for c in mix) / w
+
+
+def predicted_blocks(spec: EngineSpec, block_size: int | None = None) -> int | None:
+    """KV blocks the engine of ``spec`` will have, by :func:`fp8lab.kvmath.predict_num_blocks`, when its
+    budget is fixed (``kv_cache_gib``); ``None`` when vLLM sizes the cache itself (GPU without a budget)."""
+    if spec.kv_cache_gib is None:
+        return None
+    bs = block_size or spec.block_size or default_block_size()
+    # vLLM's hybrid KV-cache manager is on by default on GPU and off on CPU (matters for sliding-window models)
+    return kvmath.predict_num_blocks(spec.model, int(spec.kv_cache_gib * 2**30), bs, spec.kv_cache_dtype,
+                                     spec.tensor_parallel_size, hybrid_kv_cache_manager=_on_gpu())
+
+
+def concurrency_limit(num_blocks: int, block_size: int, context_len: float) -> int:
+    """How many sequences of ``context_len`` tokens fit in ``num_blocks`` blocks of ``block_size``:
+    ``num_blocks // ceil(context_len / block_size)`` (the formula, at least 1)."""
+    return max(1, int(num_blocks) // max(1, math.ceil(context_len / block_size)))
+
+
+def resolve_concurrency(plan: ServingPlan, blocks: dict[str, tuple[int, int]]) -> tuple[int, ...]:
+    """The closed-loop sweep: ``plan.concurrency`` when given, else ``1, 2, 4, ...`` up to the largest
+    dtype's limit for the mix's mean request (that limit included), capped by ``max_num_seqs``."""
+    if plan.concurrency:
+        return plan.concurrency
+    ctx = mean_context(plan.mix)
+    limit = max(concurrency_limit(n, bs, ctx) for n, bs in blocks.values())
+    if plan.engine.max_num_seqs:
+        limit = min(limit, plan.engine.max_num_seqs)
+    sweep = [2**i for i in range(int(math.log2(limit)) + 1)]
+    return tuple(sorted(set(sweep) | {limit}))
+
+
+def capacity_ladder(predicted: int, factors: Sequence[float]) -> tuple[int, ...]:
+    """Concurrencies the capacity search tries around the prediction ``P``: ``P - 1, P, P + 1`` and
+    ``round(P x f)`` for each factor (all at least 1)."""
+    pts = {predicted - 1, predicted, predicted + 1} | {round(predicted * f) for f in factors}
+    return tuple(sorted(p for p in pts if p >= 1))
+
+
+# --------------------------------------------------------------------------------------------------
+# Phases
+# --------------------------------------------------------------------------------------------------
+
+_PHASE_RE = re.compile(r"^(?:(?P<warm>warmup)|closed-c(?P<cc>\d+)|open-(?P<proc>constant|poisson)-(?P<rate>[\d.e+-]+)"
+                       r"|cap-c(?P<capc>\d+))$")
+
+
+def phase_meta(name: str) -> dict[str, Any]:
+    """``kind`` (warmup | closed | open | capacity), ``concurrency``, ``process`` and ``rate`` of a phase name."""
+    m = _PHASE_RE.match(name)
+    if not m:
+        return {"kind": "other", "concurrency": np.nan, "process": None, "rate": np.nan}
+    if m["warm"]:
+        return {"kind": "warmup", "concurrency": np.nan, "process": None, "rate": np.nan}
+    if m["cc"]:
+        return {"kind": "closed", "concurrency": int(m["cc"]), "process": None, "rate": np.nan}
+    if m["proc"]:
+        return {"kind": "open", "concurrency": np.nan, "process": m["proc"], "rate": float(m["rate"])}
+    return {"kind": "capacity", "concurrency": int(m["capc"]), "process": None, "rate": np.nan}
+
+
+def _tagged(reqs: Sequence[Request], tag: str, **changes: Any) -> tuple[Request, ...]:
+    return tuple(dataclasses.replace(r, tag=tag, **changes) for r in reqs)
+
+
+def build_phases(plan: ServingPlan, kv_dtype: str, trial: int, concurrency: Sequence[int],
+                 capacity_predicted: int | None) -> list[Phase]:
+    """The phases one engine (``kv_dtype``, ``trial``) serves, in order. Requests are drawn with fixed
+    seeds, so every arm and trial gets the same ones; each is tagged ``trial<k>`` (which also gives
+    every trial its own run directory in the results store)."""
+    model, src, tag = plan.engine.model, plan.prompt_source, f"trial{trial}"
+    phases: list[Phase] = []
+    if plan.warmup_requests:
+        reqs = build_requests(model, plan.mix, plan.warmup_requests, source=src, seed=plan.seed + 1)
+        phases.append(Phase("warmup", _tagged(reqs, tag), concurrency=max(concurrency)))
+    for c in concurrency:
+        n = max(plan.closed_loop_requests, c)  # every point reaches its concurrency
+        reqs = build_requests(model, plan.mix, n, source=src, seed=plan.seed + 2)
+        phases.append(Phase(f"closed-c{c}", _tagged(reqs, tag), concurrency=c))
+    for i, rate in enumerate(plan.rates):
+        for process in plan.arrivals:
+            reqs = build_requests(model, plan.mix, plan.open_loop_requests, source=src, seed=plan.seed + 3)
+            sched = with_arrivals(reqs, rate, process, seed=plan.seed + 100 + i)  # type: ignore[arg-type]
+            phases.append(Phase(f"open-{process}-{rate:g}", _tagged(sched, tag)))
+    if plan.capacity_shape is not None and trial < plan.capacity_trials and capacity_predicted:
+        shape = RequestClass("capacity", *plan.capacity_shape)
+        for c in capacity_ladder(capacity_predicted, plan.capacity_factors):
+            reqs = build_requests(model, [shape], c, source=src, seed=plan.seed + 4)
+            phases.append(Phase(f"cap-c{c}", _tagged(reqs, tag), concurrency=c))
+    return phases
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ServingResult:
+    """What :func:`run_study` produced: the plan, one entry per engine run (``runs``: trial, kv_dtype,
+    order, result), the closed-loop sweep and capacity predictions it used, and tidy frames:
+    ``records`` (one row per request, with ``kv_dtype, trial, kind, concurrency, process, rate``),
+    ``phases`` (one row per engine and phase), ``engines`` (one row per engine) and ``samples``
+    (KV usage and memory over time)."""
+
+    plan: ServingPlan
+    runs: list[dict[str, Any]]
+    concurrency: tuple[int, ...]
+    blocks: dict[str, tuple[int, int]]
+    records: pd.DataFrame = field(default_factory=pd.DataFrame)
+    phases: pd.DataFrame = field(default_factory=pd.DataFrame)
+    engines: pd.DataFrame = field(default_factory=pd.DataFrame)
+    samples: pd.DataFrame = field(default_factory=pd.DataFrame)
+    wall_s: float = 0.0
+
+    @property
+    def failed(self) -> pd.DataFrame:
+        return self.engines[self.engines.status != "ok"] if len(self.engines) else self.engines
+
+    @property
+    def headline_concurrency(self) -> int:
+        return max(self.concurrency)
+
+
+def _block_info(plan: ServingPlan, study: str, runner: Callable[..., Any]) -> dict[str, tuple[int, int]]:
+    """``{kv_dtype: (num_blocks, block_size)}``: predicted when the KV budget is fixed, else read from
+    an engine started once per dtype with no requests (cached like any run)."""
+    out = {}
+    for d in plan.kv_dtypes:
+        spec = plan.spec_for(d)
+        bs = spec.block_size or default_block_size()
+        n = predicted_blocks(spec, bs)
+        if n is None:
+            res = runner(spec, (), study=study)
+            if res.status != "ok":
+                raise RuntimeError(f"capacity probe for kv_cache_dtype={d} failed ({res.status}): {res.error}")
+            n, bs = int(res.engine["num_blocks"]), int(res.engine["block_size"])
+        out[d] = (int(n), int(bs))
+    return out
+
+
+def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] | None = None,
+              progress: bool = True) -> ServingResult:
+    """Run (or load) every engine of the plan in the interleaved order and collect the tidy frames.
+
+    ``runner`` replaces :func:`fp8lab.results.run_cached` (same signature; tests pass a fake). A failed
+    engine stays in ``engines`` with its status and error; the analyses use the engines that ran.
+    """
+    if runner is None:
+        from fp8lab.results import run_cached as runner
+    t0 = time.perf_counter()
+    blocks = _block_info(plan, study, runner)
+    conc = resolve_concurrency(plan, blocks)
+    cap_pred = {}
+    if plan.capacity_shape is not None:
+        cap_pred = {d: concurrency_limit(n, bs, sum(plan.capacity_shape)) for d, (n, bs) in blocks.items()}
+    runs = []
+    order = trial_order(plan.kv_dtypes, plan.trials)
+    for i, (trial, dt) in enumerate(order):
+        phases = build_phases(plan, dt, trial, conc, cap_pred.get(dt))
+        t = time.perf_counter()
+        res = runner(plan.spec_for(dt), phases, study=study, driver="async")
+        if progress:
+            cached = " (cached)" if getattr(res, "extra", {}).get("cached") else ""
+            print(f"[{i + 1}/{len(order)}] trial {trial} kv_cache_dtype={dt}: {res.status}{cached} "
+                  f"in {time.perf_counter() - t:.0f} s" + (f" - {res.error}" if res.status != "ok" else ""), flush=True)
+        runs.append({"trial": trial, "kv_dtype": dt, "order": i, "result": res})
+    out = ServingResult(plan=plan, runs=runs, concurrency=conc, blocks=blocks)
+    _collect(out)
+    out.wall_s = time.perf_counter() - t0
+    return out
+
+
+def _collect(res: ServingResult) -> None:
+    recs, phases, engines, samples = [], [], [], []
+    for run in res.runs:
+        r, key = run["result"], {"kv_dtype": run["kv_dtype"], "trial": run["trial"], "order": run["order"]}
+        engines.append({**key, "status": r.status, "error": r.error, "run_dir": str(r.run_dir or ""),
+                        **{k: v for k, v in (r.engine or {}).items() if not isinstance(v, (list, dict))}})
+        if len(r.records):
+            df = r.records.copy()
+            for k, v in key.items():
+                df[k] = v
+            recs.append(df)
+        for name, ph in (r.phases or {}).items():
+            phases.append({**key, "phase": name, **phase_meta(name), **ph})
+        if len(r.samples):
+            s = r.samples.copy()
+            for k, v in key.items():
+                s[k] = v
+            samples.append(s)
+    res.engines = pd.DataFrame(engines)
+    res.samples = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
+    rec = pd.concat(recs, ignore_index=True) if recs else pd.DataFrame()
+    if len(rec):
+        meta = pd.DataFrame([{"phase": p, **phase_meta(p)} for p in rec.phase.unique()])
+        rec = rec.merge(meta, on="phase", how="left")
+    res.records = rec
+    ph = pd.DataFrame(phases)
+    if len(ph):
+        tp = ph.apply(lambda r: metrics.throughput(r.prompt_tokens, r.output_tokens, r.wall_s, r.requests), axis=1)
+        ph = pd.concat([ph, pd.DataFrame(list(tp), index=ph.index)], axis=1)
+        if len(rec):
+            key = ["kv_dtype", "trial", "phase"]
+            g = rec.groupby(key)
+            extra = pd.DataFrame({
+                "achieved_rate": g["sent_s"].apply(metrics.achieved_rate) if "sent_s" in rec else np.nan,
+                "request_preemptions": g["num_preemptions"].sum() if "num_preemptions" in rec else np.nan,
+                "completed": g.apply(lambda d: int((d.finish_reason == "length").sum()), include_groups=False),
+                "merged_deltas": g["merged_deltas"].sum() if "merged_deltas" in rec else np.nan,
+            }).reset_index()
+            ph = ph.merge(extra, on=key, how="left")
+        ph["preemptions_any"] = ph[["preemptions", "request_preemptions"]].max(axis=1) if "request_preemptions" in ph \
+            else ph["preemptions"]
+    res.phases = ph
+
+
+# --------------------------------------------------------------------------------------------------
+# Analyses
+# --------------------------------------------------------------------------------------------------
+
+
+ENGINE_COLUMNS = ["order", "trial", "kv_dtype", "status", "error", "engine_start_s", "run_wall_s", "num_blocks",
+                  "block_size", "kv_capacity_tokens"]
+
+
+def engine_table(res: ServingResult) -> pd.DataFrame:
+    """One row per engine run, in run order: status, error, start-up and run time, KV blocks."""
+    return res.engines.reindex(columns=ENGINE_COLUMNS)
+
+
+def require_ok(res: ServingResult) -> None:
+    """Raise, naming every failure, unless each kv dtype has at least one engine that ran."""
+    ok = set(res.engines[res.engines.status == "ok"].kv_dtype) if len(res.engines) else set()
+    missing = [d for d in res.plan.kv_dtypes if d not in ok]
+    if missing:
+        errs = "; ".join(f"{r.kv_dtype} trial {r.trial}: {r.status}: {r.error}" for r in res.failed.itertuples())
+        raise RuntimeError(f"no successful engine for kv_cache_dtype {', '.join(missing)} ({errs})")
+
+
+def _ok(res: ServingResult, df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty or res.engines.empty:
+        return df
+    ok = res.engines[res.engines.status == "ok"][["kv_dtype", "trial"]]
+    return df.merge(ok, on=["kv_dtype", "trial"], how="inner")
+
+
+def capacity_table(res: ServingResult) -> pd.DataFrame:
+    """One row per kv dtype (its first successful engine): ``num_blocks``, ``block_size``,
+    ``kv_capacity_tokens``, ``predicted_blocks`` (:func:`fp8lab.kvmath.predict_num_blocks` on the engine's
+    budget and block size, when the budget is known), ``ratio_vs_baseline`` (capacity / the baseline's)
+    and memory (``mem_peak_gib``, ``mem_steady_gib``: GPU used memory, or the engine's RSS on CPU)."""
+    e = res.engines[res.engines.status == "ok"] if len(res.engines) else res.engines
+    rows = []
+    for d in res.plan.kv_dtypes:
+        g = e[e.kv_dtype == d] if len(e) else e
+        if g.empty:
+            rows.append({"kv_dtype": d, "status": "failed"})
+            continue
+        r = g.sort_values("trial").iloc[0]
+        budget = r.get("kv_budget_bytes")
+        pred = None
+        if budget is not None and not (isinstance(budget, float) and math.isnan(budget)):
+            hybrid = bool(r.get("hybrid_kv_cache_manager", r.get("mem_kind", "gpu") == "gpu"))
+            pred = int(kvmath.predict_num_blocks(res.plan.engine.model, int(budget), int(r.block_size), d,
+                                                 res.plan.engine.tensor_parallel_size, hybrid_kv_cache_manager=hybrid))
+        rows.append({"kv_dtype": d, "status": "ok", "num_blocks": int(r.num_blocks), "block_size": int(r.block_size),
+                     "kv_capacity_tokens": int(r.kv_capacity_tokens), "predicted_blocks": pred,
+                     "kv_budget_gib": (budget / 2**30) if pred is not None else None,
+                     "mem_peak_gib": g.mem_peak_bytes.max() / 2**30 if "mem_peak_bytes" in g else None,
+                     "mem_steady_gib": g.mem_steady_bytes.median() / 2**30 if "mem_steady_bytes" in g else None,
+                     "engine_start_s": g.engine_start_s.median() if "engine_start_s" in g else None})
+    df = pd.DataFrame(rows)
+    if "kv_capacity_tokens" in df:
+        base = df.loc[df.kv_dtype == res.plan.baseline, "kv_capacity_tokens"]
+        df["ratio_vs_baseline"] = df.kv_capacity_tokens / float(base.iloc[0]) if len(base) and base.notna().all() \
+            else np.nan
+    return df
+
+
+def throughput_table(res: ServingResult, kinds: Sequence[str] = ("closed",)) -> pd.DataFrame:
+    """One row per engine and phase of ``kinds``: ``kv_dtype, trial, phase, concurrency, rate``, tokens/s
+    (``input_tok_s``, ``output_tok_s``, ``total_tok_s``), ``requests_s``, ``preemptions``,
+    ``kv_usage_peak`` and ``merged_deltas`` (stream outputs that carried several tokens because the client
+    fell behind: their gaps are split evenly, so ITL is smeared there; 0 means every token was seen)."""
+    ph = _ok(res, res.phases)
+    if ph.empty:
+        return ph
+    cols = ["kv_dtype", "trial", "phase", "kind", "concurrency", "process", "rate", "requests", "wall_s",
+            "input_tok_s", "output_tok_s", "total_tok_s", "requests_s", "preemptions_any", "kv_usage_peak",
+            "achieved_rate", "merged_deltas"]
+    out = ph[ph.kind.isin(kinds)][[c for c in cols if c in ph]].rename(columns={"preemptions_any": "preemptions"})
+    return out.sort_values(["kind", "concurrency", "rate", "kv_dtype", "trial"]).reset_index(drop=True)
+
+
+def phase_records(res: ServingResult, kind: str, concurrency: int | None = None, process: str | None = None,
+                  rate: float | None = None) -> pd.DataFrame:
+    """The request records of the successful engines for one kind of phase (optionally one sweep point)."""
+    r = _ok(res, res.records)
+    if r.empty:
+        return r
+    m = r.kind == kind
+    if concurrency is not None:
+        m &= r.concurrency == concurrency
+    if process is not None:
+        m &= r.process == process
+    if rate is not None:
+        m &= np.isclose(r.rate.astype(float), rate)
+    return r[m]
+
+
+def latency_summary(res: ServingResult, kind: str = "closed", concurrency: int | None = None,
+                    by: Sequence[str] = ("kv_dtype", "cls"), **sel: Any) -> pd.DataFrame:
+    """TTFT, TPOT (excluding the first token), ITL (every gap) and E2E in ms: ``n, mean, p50, p95, p99``
+    per kv dtype and request class, pooled over trials (:func:`fp8lab.metrics.latency_table`)."""
+    if kind == "closed" and concurrency is None:
+        concurrency = res.headline_concurrency
+    return metrics.latency_table(phase_records(res, kind, concurrency, **sel), by=by)
+
+
+def itl_frame(res: ServingResult, kind: str = "closed", concurrency: int | None = None, **sel: Any) -> pd.DataFrame:
+    """Every inter-token gap (``itl_ms``) of one phase kind / sweep point, with ``kv_dtype, trial, cls``."""
+    if kind == "closed" and concurrency is None:
+        concurrency = res.headline_concurrency
+    df = metrics.explode_itl(phase_records(res, kind, concurrency, **sel), keep=("kv_dtype", "trial", "cls", "request"))
+    df["itl_ms"] = df["itl_s"] * 1e3
+    return df
+
+
+def open_loop_schedule(plan: ServingPlan, process: str, rate: float) -> np.ndarray:
+    """The scheduled send times (s) of one open-loop phase, exactly as :func:`build_phases` drew them."""
+    i = list(plan.rates).index(rate)
+    dummy = [Request(prompt_token_ids=(1,), max_tokens=1)] * plan.open_loop_requests
+    return np.array([r.arrival_s for r in with_arrivals(dummy, rate, process, seed=plan.seed + 100 + i)])  # type: ignore[arg-type]
+
+
+def open_loop_table(res: ServingResult) -> pd.DataFrame:
+    """Open-loop phases, per kv dtype, process and rate: ``requested_rate``; ``scheduled_rate`` (of the
+    drawn schedule: a Poisson draw of few requests deviates from the requested rate by chance);
+    ``achieved_rate`` (of the actual send times, mean over trials); ``send_lag_p50_ms`` /
+    ``send_lag_max_ms`` (actual minus scheduled send time: a client that falls behind, e.g. one that
+    does not read its streams, shows up here); output tokens/s; TTFT and TPOT P50/P99 in ms (pooled over
+    trials); preemptions."""
+    ph = _ok(res, res.phases)
+    rec = phase_records(res, "open")
+    if ph.empty or rec.empty:
+        return pd.DataFrame()
+    rows = []
+    for (d, proc, rate), g in ph[ph.kind == "open"].groupby(["kv_dtype", "process", "rate"], sort=True):
+        rr = rec[(rec.kv_dtype == d) & (rec.process == proc) & np.isclose(rec.rate, rate)]
+        sched = open_loop_schedule(res.plan, proc, rate)
+        lag = (rr.sent_s.to_numpy() - sched[rr.request.to_numpy().astype(int)]) * 1e3
+        tt, tp = metrics.percentiles(rr.ttft_s * 1e3), metrics.percentiles(rr.tpot_s * 1e3)
+        rows.append({"kv_dtype": d, "process": proc, "requested_rate": rate,
+                     "scheduled_rate": metrics.achieved_rate(sched), "achieved_rate": g.achieved_rate.mean(),
+                     "send_lag_p50_ms": float(np.median(lag)), "send_lag_max_ms": float(np.max(lag)),
+                     "output_tok_s": g.output_tok_s.mean(),
+                     "ttft_p50_ms": tt["p50"], "ttft_p99_ms": tt["p99"], "tpot_p50_ms": tp["p50"],
+                     "tpot_p99_ms": tp["p99"], "preemptions": g.preemptions_any.sum(), "trials": g.trial.nunique()})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------------- deltas
+@dataclass(frozen=True)
+class Metric:
+    """A headline metric: which phase (``kind``, ``concurrency`` / ``process``, ``rate``), which
+    quantity (``column`` of the phase table for throughput, else a request/gap column) and statistic."""
+
+    name: str
+    kind: str
+    column: str
+    statistic: str = "mean"
+    concurrency: int | None = None
+    process: str | None = None
+    rate: float | None = None
+    higher_is_better: bool = False
+
+    @property
+    def level(self) -> str:
+        return "phase" if self.column.endswith("_tok_s") else "request"
+
+
+def headline_metrics(res: ServingResult) -> list[Metric]:
+    """The study's headline metrics: output tokens/s at every closed-loop concurrency; TTFT, TPOT and
+    ITL P50/P99 at the largest and the smallest concurrency; TTFT and TPOT P50/P99 of every open-loop
+    phase."""
+    out = [Metric(f"output tok/s @c={c}", "closed", "output_tok_s", "mean", concurrency=c, higher_is_better=True)
+           for c in res.concurrency]
+    for c in sorted({res.headline_concurrency, min(res.concurrency)}, reverse=True):
+        for col, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL")):
+            for st in ("p50", "p99"):
+                out.append(Metric(f"{label} {st.upper()} @c={c}", "closed", col, st, concurrency=c))
+    for rate in res.plan.rates:
+        for proc in res.plan.arrivals:
+            for col, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
+                for st in ("p50", "p99"):
+                    out.append(Metric(f"{label} {st.upper()} @{proc} {rate:g}/s", "open", col, st,
+                                      process=proc, rate=rate))
+    return out
+
+
+def _metric_samples(res: ServingResult, m: Metric, kv_dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, trial of each value) of one metric and dtype."""
+    if m.level == "phase":
+        tp = throughput_table(res, kinds=(m.kind,))
+        g = tp[(tp.kv_dtype == kv_dtype) & (tp.concurrency == m.concurrency)] if m.concurrency is not None else \
+            tp[(tp.kv_dtype == kv_dtype) & (tp.process == m.process) & np.isclose(tp.rate, m.rate)]
+        g = g.sort_values("trial")
+        return g[m.column].to_numpy(float), g.trial.to_numpy()
+    rec = phase_records(res, m.kind, m.concurrency, m.process, m.rate)
+    rec = rec[rec.kv_dtype == kv_dtype]
+    if m.column == "itl_s":
+        ex = metrics.explode_itl(rec, keep=("trial",))
+        return ex.itl_s.to_numpy(float), ex.trial.to_numpy()
+    return rec[m.column].to_numpy(float), rec.trial.to_numpy()
+
+
+def _per_trial(values: np.ndarray, trials: np.ndarray, statistic: str) -> dict[int, float]:
+    stat = metrics.statistic_fn(statistic)
+    out = {}
+    for t in pd.unique(trials):
+        v = values[(trials == t) & np.isfinite(values)]
+        if v.size:
+            out[int(t)] = stat(v)
+    return out
+
+
+def delta_table(res: ServingResult, metric_list: Sequence[Metric] | None = None, n_boot: int = 2000,
+                seed: int = 0) -> pd.DataFrame:
+    """For each headline metric and each non-baseline dtype B: the baseline's and B's value, the relative
+    delta ``B / A - 1`` in %, its bootstrap 95% CI, the label ("within noise" when the CI contains 0,
+    else "better" / "worse" for B by the metric's direction), the metric's noise floor (the largest
+    difference between two trials of the same config, %) and ``beyond_noise_floor`` (the CI excludes 0
+    *and* the delta is larger than the noise floor: the stricter test; with 3 trials a percentile
+    bootstrap interval is narrow by construction, so the noise floor is the better guard).
+
+    Throughput (one number per engine) uses the paired bootstrap over trials (A and B of trial i ran back
+    to back); latency percentiles use the two-level bootstrap (trials, then requests or gaps within).
+    """
+    metric_list = list(metric_list) if metric_list is not None else headline_metrics(res)
+    a_dt = res.plan.baseline
+    rows = []
+    for m in metric_list:
+        va, ta = _metric_samples(res, m, a_dt)
+        per_trial_rows = [{"kv_dtype": a_dt, "trial": t, "value": v} for t, v in _per_trial(va, ta, m.statistic).items()]
+        for b_dt in res.plan.kv_dtypes[1:]:
+            vb, tb = _metric_samples(res, m, b_dt)
+            if m.level == "phase":
+                common = sorted(set(ta) & set(tb))
+                pa = dict(zip(ta, va, strict=True))
+                pb = dict(zip(tb, vb, strict=True))
+                ci = metrics.bootstrap_paired_delta([pa[t] for t in common], [pb[t] for t in common],
+                                                    n_boot=n_boot, seed=seed)
+            else:
+                ci = metrics.bootstrap_delta(va, vb, m.statistic, clusters_a=ta, clusters_b=tb, n_boot=n_boot, seed=seed)
+            pt = per_trial_rows + [{"kv_dtype": b_dt, "trial": t, "value": v}
+                                   for t, v in _per_trial(vb, tb, m.statistic).items()]
+            nf = metrics.noise_floor(pd.DataFrame(pt)) if pt else {"max_pct": np.nan}
+            d = ci.as_dict()
+            label = d["label"]
+            if label != "within noise":
+                better = (ci.delta > 0) == m.higher_is_better
+                label = "better" if better else "worse"
+            scale = 1.0 if m.level == "phase" else 1e3
+            rows.append({"metric": m.name, "kind": m.kind, "baseline": a_dt, "kv_dtype": b_dt,
+                         "unit": "tok/s" if m.level == "phase" else "ms",
+                         "a": d["a"] * scale, "b": d["b"] * scale, "delta_pct": d["delta_pct"], "lo_pct": d["lo_pct"],
+                         "hi_pct": d["hi_pct"], "label": label, "noise_floor_pct": nf["max_pct"],
+                         "beyond_noise_floor": bool(label != "within noise" and abs(d["delta_pct"]) > nf["max_pct"]),
+                         "n_a": d["n_a"], "n_b": d["n_b"], "higher_is_better": m.higher_is_better})
+    return pd.DataFrame(rows)
+
+
+def noise_floor_table(res: ServingResult) -> pd.DataFrame:
+    """The same config against itself, for the closed-loop throughput at every concurrency: per dtype and
+    concurrency the per-trial output tokens/s, and the largest / median relative difference between two of
+    its trials (%)."""
+    tp = throughput_table(res)
+    rows = []
+    for (d, c), g in tp.groupby(["kv_dtype", "concurrency"]):
+        nf = metrics.noise_floor(g.assign(value=g.output_tok_s), config="kv_dtype")
+        rows.append({"kv_dtype": d, "concurrency": c, "output_tok_s_per_trial": g.output_tok_s.round(1).tolist(),
+                     "max_pct": nf["max_pct"], "median_pct": nf["median_pct"], "n_pairs": nf["n_pairs"]})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------- capacity
+def capacity_search(res: ServingResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ladder and its outcome.
+
+    ``ladder``: one row per dtype and concurrency tried: ``preemptions`` (the engine's counter over the
+    phase, or the requests' own counts if higher), ``kv_usage_peak``, ``sustained`` (no preemption and
+    every request completed).
+    ``result``: one row per dtype: ``measured`` (the largest concurrency sustained with every smaller
+    one sustained too), ``first_preempted``, ``censored`` (True when even the top of the ladder was
+    sustained: the limit is at least ``measured``), ``predicted`` (the KV formula on the engine's blocks,
+    ``num_blocks // ceil((input + output) / block_size)``) and ``predicted_vllm`` (the same with vLLM's
+    block accounting: one block of the pool is its reserved null block, and the last generated token's
+    KV is never written: ``(num_blocks - 1) // ceil((input + output - 1) / block_size)``).
+    """
+    ph = _ok(res, res.phases)
+    shape = res.plan.capacity_shape
+    if ph.empty or shape is None or not (ph.kind == "capacity").any():
+        return pd.DataFrame(), pd.DataFrame()
+    cap = ph[ph.kind == "capacity"].copy()
+    cap["sustained"] = (cap.preemptions_any == 0) & (cap.completed == cap.requests)
+    ladder = cap[["kv_dtype", "trial", "concurrency", "requests", "completed", "preemptions_any", "kv_usage_peak",
+                  "sustained", "wall_s"]].rename(columns={"preemptions_any": "preemptions"})
+    ladder = ladder.sort_values(["kv_dtype", "trial", "concurrency"]).reset_index(drop=True)
+    rows = []
+    cap_eng = res.engines[res.engines.status == "ok"]
+    for d, g in ladder.groupby("kv_dtype", sort=False):
+        g = g.groupby("concurrency").sustained.all().sort_index()
+        measured, first_fail = None, None
+        for c, ok in g.items():
+            if ok and first_fail is None:
+                measured = int(c)
+            elif not ok and first_fail is None:
+                first_fail = int(c)
+        e = cap_eng[cap_eng.kv_dtype == d].sort_values("trial").iloc[0]
+        n, bs = int(e.num_blocks), int(e.block_size)
+        total = sum(shape)
+        rows.append({"kv_dtype": d, "capacity_shape": f"{shape[0]} in + {shape[1]} out", "num_blocks": n, "block_size": bs,
+                     "measured": measured, "first_preempted": first_fail, "censored": first_fail is None,
+                     "predicted": concurrency_limit(n, bs, total),
+                     "predicted_vllm": max(1, (n - 1) // max(1, math.ceil((total - 1) / bs)))})
+    result = pd.DataFrame(rows)
+    result["measured_vs_predicted"] = result.measured / result.predicted
+    return ladder, result
+
+
+# ---------------------------------------------------------------------------------------- roofline
+def roofline_measured(res: ServingResult, kinds: Sequence[str] = ("closed", "capacity"), bins: int = 12,
+                      min_gaps: int = 20) -> pd.DataFrame:
+    """Measured ITL against the KV tokens each decode step read (:func:`fp8lab.metrics.decode_steps`,
+    per engine and phase), binned on a log scale: per dtype and bin the median ITL (ms), the median batch
+    and the number of gaps (bins with fewer than ``min_gaps`` are dropped). Steps that also ran another request's prefill are included (they are the
+    ITL spikes); the median is robust to them."""
+    rec = _ok(res, res.records)
+    if rec.empty:
+        return pd.DataFrame()
+    rec = rec[rec.kind.isin(kinds)]
+    steps = []
+    for (d, _trial, _phase), g in rec.groupby(["kv_dtype", "trial", "phase"]):
+        s = metrics.decode_steps(g)
+        s["kv_dtype"] = d
+        steps.append(s)
+    if not steps:
+        return pd.DataFrame()
+    s = pd.concat(steps, ignore_index=True)
+    s = s[s.kv_tokens > 0]
+    edges = np.unique(np.geomspace(max(1.0, s.kv_tokens.min()), s.kv_tokens.max() * 1.0001, bins + 1))
+    s["bin"] = np.clip(np.searchsorted(edges, s.kv_tokens, side="right") - 1, 0, len(edges) - 2)
+    out = s.groupby(["kv_dtype", "bin"]).agg(kv_tokens=("kv_tokens", "median"), itl_ms=("itl_s", "median"),
+                                              batch=("batch", "median"), n=("itl_s", "size")).reset_index()
+    out["itl_ms"] *= 1e3
+    return out[out.n >= min_gaps].reset_index(drop=True)
+
+
+def roofline_tables(res: ServingResult, bandwidth_gbs: float, context_lens: Sequence[int] | None = None,
+                    batch_sizes: Sequence[int] | None = None) -> dict[str, pd.DataFrame]:
+    """The bound and the measurement side by side.
+
+    ``grid``: :func:`fp8lab.roofline.bound_grid` over ``context_lens`` x ``batch_sizes`` (defaults: the
+    mix's input lengths and the concurrency sweep), with ``itl_bound_ms`` and, per (batch, context), the
+    ``fp8_speedup_bound`` (baseline bound / fp8 bound). ``measured``: :func:`roofline_measured` with the
+    bound at each bin's KV tokens (``itl_bound_ms``) and ``bound_over_measured`` (1.0 = at the bound)."""
+    plan = res.plan
+    model, tp = plan.engine.model, plan.engine.tensor_parallel_size
+    context_lens = list(context_lens or sorted({c.input_len + c.output_len // 2 for c in plan.mix}))
+    batch_sizes = list(batch_sizes or res.concurrency)
+    grid = pd.DataFrame(roofline.bound_grid(model, bandwidth_gbs, context_lens, batch_sizes, plan.kv_dtypes, tp))
+    grid["itl_bound_ms"] = grid.itl_bound_s * 1e3
+    base = grid[grid.kv_dtype == plan.baseline].set_index(["batch", "context_len"]).itl_bound_s
+    grid["speedup_bound_vs_baseline"] = grid.apply(lambda r: base.loc[(r.batch, r.context_len)] / r.itl_bound_s, axis=1)
+    meas = roofline_measured(res)
+    if len(meas):
+        w = roofline.weight_bytes_per_step(model, tp=tp)
+        kvb = {d: kvmath.kv_bytes_per_token(model, d, tp) for d in plan.kv_dtypes}
+        meas["itl_bound_ms"] = [roofline.itl_lower_bound(w, t, kvb[d], bandwidth_gbs * 1e9) * 1e3
+                                for d, t in zip(meas.kv_dtype, meas.kv_tokens, strict=True)]
+        meas["bound_over_measured"] = meas.itl_bound_ms / meas.itl_ms
+    return {"grid": grid, "measured": meas}
+
+
+def kv_usage_timeline(res: ServingResult, trial: int = 0) -> pd.DataFrame:
+    """The sampled KV-cache usage (fraction), running / waiting requests and memory of each dtype's engine
+    of one trial, with ``t_s`` from the engine's start of sampling."""
+    s = res.samples
+    if s.empty:
+        return s
+    return s[(s.trial == trial) & (s.phase != "start")].copy()
+
+
+# ----------------------------------------------------------------------------------------- verdict
+def _fmt_ci(r: pd.Series) -> str:
+    return f"{r.delta_pct:+.1f}% [{r.lo_pct:+.1f}, {r.hi_pct:+.1f}]"
+
+
+def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, search: pd.DataFrame | None = None,
+            roof: dict[str, pd.DataFrame] | None = None, fidelity: dict[str, Any] | None = None) -> str:
+    """A short Markdown verdict, every number taken from the tables given (nothing else)."""
+    a = res.plan.baseline
+    lines = []
+    for b in res.plan.kv_dtypes[1:]:
+        cap = capacity.set_index("kv_dtype")
+        if b in cap.index and a in cap.index and cap.loc[b].get("status") == "ok":
+            lines.append(f"- **Capacity.** With the same KV budget, `{b}` holds {int(cap.loc[b].kv_capacity_tokens):,} tokens "
+                         f"vs {int(cap.loc[a].kv_capacity_tokens):,} for `{a}` (x{cap.loc[b].ratio_vs_baseline:.2f}, "
+                         "measured from the engines' block counts).")
+        if search is not None and len(search):
+            s = search.set_index("kv_dtype")
+            if a in s.index and b in s.index:
+                def conc(d, s=s):
+                    r = s.loc[d]
+                    m = "n/a" if r.measured is None or pd.isna(r.measured) else f"{int(r.measured)}"
+                    return (f"{'>=' if r.censored else ''}{m} (formula {int(r.predicted)}, "
+                            f"vLLM block accounting {int(r.predicted_vllm)})")
+                lines.append(f"- **Concurrency without preemption** ({s.loc[a].capacity_shape}): `{a}` {conc(a)}, `{b}` {conc(b)}.")
+        d = deltas[deltas.kv_dtype == b]
+        tput = d[d.metric.str.startswith("output tok/s")]
+        if len(tput):
+            parts = [f"c={m.split('=')[1]}: {_fmt_ci(r)} ({r.label})" for m, (_, r) in zip(tput.metric, tput.iterrows(),
+                                                                                         strict=True)]
+            nf = tput.noise_floor_pct.max()
+            robust = tput[tput.beyond_noise_floor].metric.tolist()
+            lines.append(f"- **Throughput** (output tokens/s, `{b}` vs `{a}`, 95% bootstrap CI over "
+                         f"{res.plan.trials} interleaved trials): " + "; ".join(parts) +
+                         f". Noise floor (same config against itself, largest trial-to-trial difference): up to {nf:.1f}%. "
+                         + (f"Beyond both the CI and the noise floor: {', '.join(robust)}." if robust else
+                            "No throughput delta is beyond both its CI and the noise floor."))
+        lat = d[d.metric.str.match(r"^(TTFT|TPOT) P(50|99) @c=")]
+        if len(lat):
+            worse = [f"{m}{'' if r else ' (below the noise floor)'}" for m, r in
+                     zip(lat[lat.label == "worse"].metric, lat[lat.label == "worse"].beyond_noise_floor, strict=True)]
+            better = [f"{m}{'' if r else ' (below the noise floor)'}" for m, r in
+                      zip(lat[lat.label == "better"].metric, lat[lat.label == "better"].beyond_noise_floor, strict=True)]
+            noise = lat[lat.label == "within noise"].metric.tolist()
+            msg = f"- **Latency (closed loop).** Within noise: {', '.join(noise) or 'none'}."
+            if better:
+                msg += f" Better with `{b}`: {', '.join(better)}."
+            if worse:
+                msg += f" Worse with `{b}`: {', '.join(worse)}."
+            lines.append(msg)
+    if roof is not None and len(roof.get("measured", [])):
+        m = roof["measured"]
+        g = roof["grid"]
+        eff = m.bound_over_measured.median()
+        top = g[g.kv_dtype != a].speedup_bound_vs_baseline.max()
+        lines.append(f"- **Roofline.** Measured ITL is {1 / eff:.0f}x the bandwidth bound (median over steps), so "
+                     + ("decode here is far from memory-bound and FP8's byte savings cannot show up in ITL"
+                        if eff < 0.2 else "decode is close to memory-bound, where FP8's smaller KV reads pay off")
+                     + f"; over the grid the bound allows at most x{top:.2f} ITL from FP8 "
+                     "(largest at long contexts and large batches).")
+    if fidelity and fidelity.get("ratio") is not None:
+        lines.append(f"- **Fidelity.** fp8lab's offline throughput / `vllm bench throughput` = {fidelity['ratio']:.3f} "
+                     f"({'within' if fidelity.get('within_tolerance') else 'outside'} "
+                     f"{100 * fidelity.get('tolerance', 0.03):.0f}%).")
+    if len(res.failed):
+        lines.append("- **Failed engines:** " + "; ".join(f"{r.kv_dtype} trial {r.trial}: {r.status} ({r.error})"
+                                                          for r in res.failed.itertuples()))
+    return "\n".join(lines)
+
+
+def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, search: pd.DataFrame,
+                   open_loop: pd.DataFrame, bandwidth: dict[str, Any] | None = None,
+                   fidelity: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The key numbers for ``record_summary`` (flat keys, one value each; deltas as dicts)."""
+    plan, a = res.plan, res.plan.baseline
+    c = res.headline_concurrency
+    out: dict[str, Any] = {"model": Path(plan.engine.model).name, "kv_dtypes": list(plan.kv_dtypes), "trials": plan.trials,
+                           "concurrency": list(res.concurrency), "headline_concurrency": c,
+                           "engines_ok": int((res.engines.status == "ok").sum()), "engines": len(res.engines),
+                           "engine_wall_s_total": round(float(res.engines.get("run_wall_s", pd.Series(dtype=float)).sum()), 1)}
+    cap = capacity.set_index("kv_dtype")
+    for d in plan.kv_dtypes:
+        if d in cap.index and cap.loc[d].get("status") == "ok":
+            out[f"capacity_tokens_{d}"] = int(cap.loc[d].kv_capacity_tokens)
+            out[f"num_blocks_{d}"] = int(cap.loc[d].num_blocks)
+            out[f"predicted_blocks_{d}"] = cap.loc[d].predicted_blocks
+            out[f"mem_peak_gib_{d}"] = cap.loc[d].mem_peak_gib
+            out[f"mem_steady_gib_{d}"] = cap.loc[d].mem_steady_gib
+    for d in plan.kv_dtypes[1:]:
+        if f"capacity_tokens_{d}" in out and f"capacity_tokens_{a}" in out:
+            out["capacity_ratio" if len(plan.kv_dtypes) == 2 else f"capacity_ratio_{d}"] = (
+                out[f"capacity_tokens_{d}"] / out[f"capacity_tokens_{a}"])
+    tp = throughput_table(res)
+    for d in plan.kv_dtypes:
+        g = tp[(tp.kv_dtype == d) & (tp.concurrency == c)]
+        out[f"output_tok_s_{d}"] = g.output_tok_s.mean()
+        out[f"total_tok_s_{d}"] = g.total_tok_s.mean()
+        out[f"preemptions_{d}"] = g.preemptions.sum()
+    lat = latency_summary(res, by=("kv_dtype",))
+    for r in lat.itertuples():
+        if r.metric in ("ttft_ms", "tpot_ms", "itl_ms"):
+            out[f"{r.metric.removesuffix('_ms')}_p50_ms_{r.kv_dtype}"] = r.p50
+            out[f"{r.metric.removesuffix('_ms')}_p99_ms_{r.kv_dtype}"] = r.p99
+    out["deltas"] = {f"{r.kv_dtype}: {r.metric}": {"delta_pct": r.delta_pct, "lo_pct": r.lo_pct, "hi_pct": r.hi_pct,
+                                                    "label": r.label, "noise_floor_pct": r.noise_floor_pct,
+                                                    "beyond_noise_floor": r.beyond_noise_floor}
+                     for r in deltas.itertuples()}
+    head = deltas[deltas.metric == f"output tok/s @c={c}"]
+    if len(head):
+        h = head.iloc[0]
+        out.update(throughput_delta_pct=h.delta_pct, throughput_delta_lo_pct=h.lo_pct,
+                   throughput_delta_hi_pct=h.hi_pct, throughput_delta_label=h.label)
+    if len(head):
+        out["noise_floor_pct"] = head.iloc[0].noise_floor_pct  # headline throughput: trial vs trial, same config
+    rec = _ok(res, res.records)
+    if len(rec) and "merged_deltas" in rec:
+        measured = rec[rec.kind.isin(("closed", "open"))]
+        out["merged_delta_requests_frac"] = float((measured.merged_deltas > 0).mean())  # 0: the client saw every token
+    if len(search):
+        for r in search.itertuples():
+            out[f"max_concurrency_measured_{r.kv_dtype}"] = r.measured
+            out[f"max_concurrency_predicted_{r.kv_dtype}"] = r.predicted
+            out[f"max_concurrency_predicted_vllm_{r.kv_dtype}"] = r.predicted_vllm
+            out[f"max_concurrency_censored_{r.kv_dtype}"] = bool(r.censored)
+    if len(open_loop):
+        out["open_loop"] = [{"kv_dtype": r.kv_dtype, "process": r.process, "requested_rate": r.requested_rate,
+                             "scheduled_rate": r.scheduled_rate, "achieved_rate": r.achieved_rate}
+                            for r in open_loop.itertuples()]
+        # the sender's accuracy: achieved vs the drawn schedule (a short Poisson draw is not the requested rate)
+        out["open_loop_rate_error_max"] = float((open_loop.achieved_rate / open_loop.scheduled_rate - 1).abs().max())
+        out["open_loop_send_lag_max_ms"] = float(open_loop.send_lag_max_ms.max())
+    if bandwidth:
+        out["bandwidth_gbs"] = bandwidth.get("bandwidth_gbs")
+        out["bandwidth_source"] = bandwidth.get("source")
+    if fidelity:
+        out["fidelity_ratio"] = fidelity.get("ratio")
+        out["fidelity_within_tolerance"] = fidelity.get("within_tolerance")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Fidelity: fp8lab's offline throughput vs `vllm bench throughput`
+# --------------------------------------------------------------------------------------------------
+
+_BENCH_CODE = """
+import sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.benchmarks.throughput import add_cli_args, main
+if __name__ == "__main__":
+    p = FlexibleArgumentParser()
+    add_cli_args(p)
+    main(p.parse_args(sys.argv[1:]))
+"""
+
+
+def bench_args(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, num_warmups: int,
+               output_json: str, tokenizer: str | None = None) -> list[str]:
+    """``vllm bench throughput`` arguments for the same engine settings as ``spec``: random dataset with
+    exact lengths (``--random-range-ratio 0``), prefix caching as in the spec, no detokenization."""
+    args = ["--backend", "vllm", "--model", spec.model, "--dataset-name", "random",
+            "--random-input-len", str(input_len), "--random-output-len", str(output_len), "--random-range-ratio", "0",
+            "--num-prompts", str(num_prompts), "--num-warmups", str(num_warmups), "--output-json", output_json,
+            "--kv-cache-dtype", spec.kv_cache_dtype, "--dtype", spec.dtype, "--seed", str(spec.seed),
+            "--load-format", spec.load_format, "--tensor-parallel-size", str(spec.tensor_parallel_size),
+            "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--disable-detokenize",
+            "--enforce-eager" if spec.enforce_eager else "--no-enforce-eager",
+            "--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching"]
+    if tokenizer:
+        args += ["--tokenizer", tokenizer]
+    for flag, value in (("--max-model-len", spec.max_model_len), ("--block-size", spec.block_size),
+                        ("--max-num-seqs", spec.max_num_seqs), ("--max-num-batched-tokens", spec.max_num_batched_tokens),
+                        ("--attention-backend", spec.attention_backend)):
+        if value is not None:
+            args += [flag, str(value)]
+    if spec.kv_cache_gib is not None:
+        args += ["--kv-cache-memory-bytes", str(int(spec.kv_cache_gib * 2**30))]
+    if getattr(spec, "calculate_kv_scales", False):
+        args.append("--calculate-kv-scales")
+    return args
+
+
+def run_vllm_bench(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, num_warmups: int = 0,
+                   tokenizer: str | None = None, work_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run vLLM's offline throughput benchmark in a fresh Python process (the CPU build's ``vllm`` command
+    does not start, vllm-notes section 8; this is the same code). Returns its JSON (``elapsed_time``,
+    ``num_requests``, ``total_num_tokens``, ``tokens_per_second``) plus ``status``, ``log`` path and
+    ``wall_s``."""
+    import os
+
+    wd = Path(work_dir or tempfile.mkdtemp(prefix="fp8lab-bench-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    out_json, log = wd / "bench.json", wd / "bench.log"
+    out_json.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # the spec's budget is the one
+    cmd = [sys.executable, "-c", _BENCH_CODE, *bench_args(spec, input_len, output_len, num_prompts, num_warmups,
+                                                          str(out_json), tokenizer)]
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        try:
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=spec.timeout_s)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    out: dict[str, Any] = {"status": "ok" if rc == 0 and out_json.exists() else "error", "returncode": rc,
+                           "log": str(log), "wall_s": time.perf_counter() - t0, "cmd": cmd[3:]}
+    if out_json.exists():
+        out.update(json.loads(out_json.read_text()))
+    else:
+        from fp8lab.engine import root_cause
+
+        out["error"] = root_cause(log.read_text(errors="replace"), f"exit code {rc}")
+    return out
+
+
+def run_fp8lab_offline(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, num_warmups: int = 0,
+                       prompt_source: PromptSource = "random", seed: int = 0, work_dir: str | Path | None = None,
+                       tag: str = "", temperature: float = 0.0) -> dict[str, Any]:
+    """fp8lab's offline throughput: ``num_prompts`` requests of exactly ``input_len`` / ``output_len``
+    tokens through ``LLM.generate`` (the ``llm`` driver), after ``num_warmups`` warm-up requests; total
+    tokens per second of the timed phase, as vLLM's benchmark counts them. ``temperature``: 0 greedy, else
+    sampled (vLLM's benchmark samples at 1.0)."""
+    from fp8lab.engine import run_engine
+
+    cls = [RequestClass("fidelity", input_len, output_len)]
+    phases = []
+    if num_warmups:
+        phases.append(Phase("warmup", _tagged(build_requests(spec.model, cls, num_warmups, source=prompt_source,
+                                                             seed=seed + 1), tag, temperature=temperature)))
+    phases.append(Phase("main", _tagged(build_requests(spec.model, cls, num_prompts, source=prompt_source, seed=seed),
+                                        tag, temperature=temperature)))
+    res = run_engine(spec, phases, driver="llm", work_dir=work_dir)
+    out: dict[str, Any] = {"status": res.status, "error": res.error, "wall_s": res.engine.get("run_wall_s")}
+    if res.ok:
+        ph = res.phases["main"]
+        total = ph["prompt_tokens"] + ph["output_tokens"]
+        out.update(elapsed_time=ph["wall_s"], num_requests=ph["requests"], total_num_tokens=total,
+                   tokens_per_second=total / ph["wall_s"], requests_per_second=ph["requests"] / ph["wall_s"])
+    return out
+
+
+def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, *, rounds: int = 2,
+                   num_warmups: int = 4, tokenizer: str | None = None, prompt_source: PromptSource = "random",
+                   temperature: float = 1.0, tolerance: float = 0.03, work_dir: str | Path | None = None,
+                   progress: bool = True) -> dict[str, Any]:
+    """fp8lab's offline throughput vs ``vllm bench throughput`` on the same model, lengths, request count
+    and kv dtype (``spec``), measured now, ``rounds`` times in alternating order (bench, fp8lab, fp8lab,
+    bench, ...) so slow drifts of a shared machine cancel. Returns ``rows`` (one per run), ``round_ratios``
+    (fp8lab tokens/s / bench tokens/s of each round, whose two runs ran back to back), ``ratio`` (their
+    median) and ``within_tolerance`` (``|ratio - 1| <= tolerance``).
+
+    vLLM's benchmark samples at temperature 1.0 (top-p 1), so fp8lab samples at ``temperature`` = 1.0 too
+    (sampling costs more than greedy decoding: about 5-8% of the step for the tiny model on CPU, measured on
+    one engine). Remaining difference: its random prompts are re-tokenized text (fp8lab: token ids), a few
+    tokens longer or shorter. ``tokenizer`` is needed by the benchmark for a model folder without one (e.g.
+    dummy weights: pass the shipped model's).
+    """
+    check_int("fidelity", "rounds", rounds, 1, 100)
+    check_float("fidelity", "tolerance", tolerance, 0.0, 1.0, lo_open=True)
+    wd = Path(work_dir or tempfile.mkdtemp(prefix="fp8lab-fidelity-"))
+    rows = []
+    for r in range(rounds):
+        order = ("bench", "fp8lab") if r % 2 == 0 else ("fp8lab", "bench")
+        for who in order:
+            t = time.perf_counter()
+            sub = wd / f"round{r}-{who}"
+            if who == "bench":
+                out = run_vllm_bench(spec, input_len, output_len, num_prompts, num_warmups, tokenizer, sub)
+            else:
+                out = run_fp8lab_offline(spec, input_len, output_len, num_prompts, num_warmups, prompt_source,
+                                         work_dir=sub, tag=f"fidelity-round{r}", temperature=temperature)
+            row = {"round": r, "who": who, "status": out["status"], "tokens_per_second": out.get("tokens_per_second"),
+                   "elapsed_time": out.get("elapsed_time"), "total_num_tokens": out.get("total_num_tokens"),
+                   "num_requests": out.get("num_requests"), "error": out.get("error")}
+            rows.append(row)
+            if progress:
+                tps = row["tokens_per_second"]
+                print(f"fidelity round {r} {who}: {row['status']}, "
+                      f"{'n/a' if tps is None else f'{tps:.1f}'} tok/s ({time.perf_counter() - t:.0f} s)", flush=True)
+    df = pd.DataFrame(rows)
+    ok = df[df.status == "ok"]
+    # each round's two runs ran back to back: the median of the per-round ratios cancels slow drifts
+    per_round = ok.pivot_table(index="round", columns="who", values="tokens_per_second")
+    ratios = (per_round["fp8lab"] / per_round["bench"]).dropna() if {"fp8lab", "bench"} <= set(per_round) else []
+    ratio = float(np.median(ratios)) if len(ratios) else None
+    return {"ratio": ratio, "round_ratios": [float(r) for r in ratios],
+            "within_tolerance": ratio is not None and abs(ratio - 1) <= tolerance,
+            "tolerance": tolerance, "kv_dtype": spec.kv_cache_dtype, "temperature": temperature, "input_len": input_len, "output_len": output_len,
+            "num_prompts": num_prompts, "rounds": rounds, "rows": df, "work_dir": str(wd)}
+
+
+__all__ = [
+    "Arrival", "Metric", "STUDY", "ServingPlan", "ServingResult", "bench_args", "build_phases", "capacity_ladder",
+    "capacity_search", "capacity_table", "concurrency_limit", "delta_table", "engine_table", "fidelity_check",
+    "headline_metrics", "require_ok",
+    "itl_frame", "kv_usage_timeline", "latency_summary", "mean_context", "noise_floor_table", "open_loop_table",
+    "phase_meta", "phase_records", "predicted_blocks", "resolve_concurrency", "roofline_measured", "roofline_tables",
+    "run_fp8lab_offline", "run_study", "run_vllm_bench", "summary_values", "throughput_table", "trial_order", "verdict",
+]

@@ -1,0 +1,80 @@
+"""Notebook 01 (FP8 KV vs auto: serving) end to end on the cpu-tiny profile, asserting on its summary."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.report import load_profile, parameters_for, run_notebook
+
+pytestmark = pytest.mark.slow
+
+NB = NOTEBOOKS_DIR / "01_kv_dtype_auto_vs_fp8.ipynb"
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory, runs_root, tiny_model):
+    profile = load_profile("cpu-tiny")
+    assert "01_kv_dtype_auto_vs_fp8" in (profile.get("notebooks") or {}), \
+        "fp8lab/profiles.yaml: cpu-tiny needs its notebooks.01_kv_dtype_auto_vs_fp8 entry (the small settings)"
+    params = parameters_for(NB, profile, {"MODEL": tiny_model})
+    entry = run_notebook(NB, tmp_path_factory.mktemp("nb01"), params, progress=False)
+    assert entry["status"] == "ok", entry["error"]
+    return entry["summary"]
+
+
+def test_all_engines_ran(summary):
+    assert summary["engines_ok"] == summary["engines"] == 2 * summary["trials"]
+    assert summary["trials"] >= 3 and summary["kv_dtypes"] == ["auto", "fp8"]
+
+
+def test_fp8_doubles_capacity(summary):
+    assert summary["capacity_ratio"] == pytest.approx(2.0, rel=0.02)
+    for d in ("auto", "fp8"):
+        assert summary[f"num_blocks_{d}"] == summary[f"predicted_blocks_{d}"]
+        assert summary[f"mem_peak_gib_{d}"] > 0 and summary[f"mem_steady_gib_{d}"] > 0
+
+
+def test_max_concurrency_without_preemption(summary):
+    for d in ("auto", "fp8"):
+        measured, formula = summary[f"max_concurrency_measured_{d}"], summary[f"max_concurrency_predicted_{d}"]
+        assert measured is not None and not summary[f"max_concurrency_censored_{d}"]
+        # the formula ignores vLLM's reserved null block: it may overshoot by one, never undershoot
+        assert formula - 1 <= measured <= formula
+        assert abs(measured - summary[f"max_concurrency_predicted_vllm_{d}"]) <= 1
+    assert summary["max_concurrency_measured_fp8"] >= 2 * summary["max_concurrency_measured_auto"]
+
+
+def test_deltas_have_confidence_intervals(summary):
+    deltas = summary["deltas"]
+    for c in summary["concurrency"]:
+        d = deltas[f"fp8: output tok/s @c={c}"]
+        assert d["lo_pct"] <= d["delta_pct"] <= d["hi_pct"]
+        assert d["label"] in ("within noise", "better", "worse")
+        assert (d["label"] == "within noise") == (d["lo_pct"] <= 0 <= d["hi_pct"])
+    for m in ("TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "ITL P99"):
+        assert f"fp8: {m} @c={summary['headline_concurrency']}" in deltas
+    assert summary["throughput_delta_label"] in ("within noise", "better", "worse")
+    assert summary["noise_floor_pct"] is not None and summary["noise_floor_pct"] >= 0
+
+
+def test_latency_and_throughput_recorded(summary):
+    for d in ("auto", "fp8"):
+        assert summary[f"output_tok_s_{d}"] > 0 and summary[f"total_tok_s_{d}"] > summary[f"output_tok_s_{d}"]
+        for m in ("ttft", "tpot", "itl"):
+            p50, p99 = summary[f"{m}_p50_ms_{d}"], summary[f"{m}_p99_ms_{d}"]
+            assert 0 < p50 <= p99
+
+
+def test_open_loop_rate_achieved(summary):
+    assert summary["open_loop"], "no open-loop phases recorded"
+    for row in summary["open_loop"]:
+        assert row["achieved_rate"] == pytest.approx(row["scheduled_rate"], rel=0.05), row
+    assert summary["open_loop_send_lag_max_ms"] < 250
+
+
+def test_roofline_bandwidth(summary):
+    assert summary["bandwidth_gbs"] > 0 and not math.isnan(summary["bandwidth_gbs"])
+    assert summary["bandwidth_source"] in ("measured", "parameter")
