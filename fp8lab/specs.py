@@ -95,8 +95,8 @@ def _looks_like_path(model: str) -> bool:
 class EngineSpec:
     """One vLLM engine configuration.
 
-    ``kv_cache_gib`` is the KV-cache budget in GiB: on CPU it becomes ``VLLM_CPU_KVCACHE_SPACE``,
-    on GPU ``kv_cache_memory_bytes``; ``None`` lets vLLM size the cache from
+    ``kv_cache_gib`` is the KV-cache budget in GiB, passed as ``kv_cache_memory_bytes`` on CPU and GPU
+    alike (the worker drops ``VLLM_CPU_KVCACHE_SPACE``, which would override it); ``None`` lets vLLM size the cache from
     ``gpu_memory_utilization`` (GPU) or its own default (CPU). ``calculate_kv_scales``: ask vLLM
     for dynamic FP8 KV scales (passed only when True: vLLM 0.26 offers it, deprecated; 0.32 removed
     it and the engine fails with a TypeError, recorded as ``invalid``; vllm-notes section 4).
