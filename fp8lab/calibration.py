@@ -840,7 +840,9 @@ def run_dynamic(runs: Any, study: str = "03_quality") -> tuple[Any, dict[str, An
     err = res.error or ""
     offered = res.ok or not ("calculate_kv_scales" in err and ("TypeError" in err or "unexpected keyword" in err))
     if res.ok:
-        text = "offered: fp8 with calculate_kv_scales=True ran (scales computed by vLLM, not read back)"
+        text = ("offered: fp8 with calculate_kv_scales=True ran (scales computed by vLLM, not read back; vLLM 0.26 "
+                "computes them once, on the first forward pass, which is its start-up profiling run on dummy "
+                "token ids, not on these prompts)")
     elif not offered:
         text = "not offered by this vLLM version (calculate_kv_scales rejected: " + err[:200] + ")"
     else:

@@ -28,12 +28,21 @@ def _nvml():
     return None
 
 
-def _visible_gpu_indices(n: int) -> list[int]:
+def _visible_gpu_indices(n: int, nv: Any = None) -> list[int]:
+    """NVML indices of the first ``n`` devices in ``CUDA_VISIBLE_DEVICES`` (indices or ``GPU-...`` UUIDs)."""
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if vis:
-        ids = [int(x) for x in vis.split(",") if x.strip().isdigit()]
-        return ids[:n]
-    return list(range(n))
+    if not vis:
+        return list(range(n))
+    ids = []
+    for x in (v.strip() for v in vis.split(",")):
+        if x.isdigit():
+            ids.append(int(x))
+        elif x and nv is not None:  # a UUID (or MIG id): ask NVML for its index
+            try:
+                ids.append(int(nv.nvmlDeviceGetIndex(nv.nvmlDeviceGetHandleByUUID(x))))
+            except Exception:
+                continue
+    return ids[:n] if ids else list(range(n))
 
 
 @dataclass
@@ -53,7 +62,7 @@ class MemoryProbe:
         self.kind = "gpu" if self._nv is not None else "cpu_rss"
         if self._nv is not None:
             count = self._nv.nvmlDeviceGetCount()
-            idx = [i for i in _visible_gpu_indices(self.tensor_parallel_size) if i < count]
+            idx = [i for i in _visible_gpu_indices(self.tensor_parallel_size, self._nv) if i < count]
             self._handles = [self._nv.nvmlDeviceGetHandleByIndex(i) for i in idx]
 
     def used_bytes(self) -> int | None:

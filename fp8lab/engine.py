@@ -75,9 +75,22 @@ def classify_failure(text: str) -> Status:
     return "error"
 
 
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# vLLM 0.26 prefixes every stdout/stderr line of its child processes (EngineCore, workers) with
+# "(EngineCore pid=123) ", tracebacks included; ERROR records carry "ERROR mm-dd hh:mm:ss [file:line] ".
+_PROC_PREFIX_RE = re.compile(r"^\([^()]*? pid=\d+\)\s*")
+_ERROR_HEADER_RE = re.compile(r"^(?:ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s?")
+
+
+def _log_line(line: str) -> str:
+    """A worker-log line without colour codes, vLLM's process prefix and an ERROR record's header."""
+    line = _PROC_PREFIX_RE.sub("", _ANSI_RE.sub("", line).strip())
+    return _ERROR_HEADER_RE.sub("", line).strip()
+
+
 def root_cause(log: str, fallback: str | None) -> str:
     """The most telling error line of a worker log: the last ``SomeError: ...`` line, else ``fallback``."""
-    lines = [ln.strip() for ln in log.splitlines()]
+    lines = [_log_line(ln) for ln in log.splitlines()]
     hits = [i for i, ln in enumerate(lines) if re.match(r"^[\w.]*(Error|Exception|error)\b.*:", ln)]
     hits = [i for i in hits if not lines[i].startswith("RuntimeError: Engine core initialization failed")] or hits
     if not hits:

@@ -926,8 +926,10 @@ def bench_args(spec: EngineSpec, input_len: int, output_len: int, num_prompts: i
             "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--disable-detokenize",
             "--enforce-eager" if spec.enforce_eager else "--no-enforce-eager",
             "--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching"]
-    if tokenizer:
-        args += ["--tokenizer", tokenizer]
+    if tokenizer:  # a folder path is made absolute: the benchmark's working directory need not be the repo's
+        from fp8lab.specs import resolve_model
+
+        args += ["--tokenizer", resolve_model(tokenizer)]
     for flag, value in (("--max-model-len", spec.max_model_len), ("--block-size", spec.block_size),
                         ("--max-num-seqs", spec.max_num_seqs), ("--max-num-batched-tokens", spec.max_num_batched_tokens),
                         ("--attention-backend", spec.attention_backend)):

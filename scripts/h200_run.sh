@@ -2,19 +2,33 @@
 # Run study notebooks on the GPU host with the h200 profile and pack what they produced into $OUT.
 # Usage on the host, after ../shared/gpu-host/ staging (setup.sh installed vLLM 0.26.0 into /tmp/site):
 #   FP8LAB_COMMIT=<sha> bash scripts/h200_run.sh 01 03
-# Writes $OUT/report-<notebooks>.tar.gz (executed notebooks, HTML, summaries, index.html) and
-# $OUT/runs-<notebooks>.tar.gz (the results store: spec, records, provenance of every engine).
+#   FP8LAB_COMMIT=<sha> FP8LAB_ARGS="-p RUN_FIDELITY True" FP8LAB_TAG=01-fidelity bash scripts/h200_run.sh 01
+# FP8LAB_BUDGET_S (default 540) bounds the notebooks' run so the packing below still happens inside one
+# `run` call's 600 s; a notebook cut short leaves its finished engine runs in $FP8LAB_RUNS, and the same
+# command on the same warm host resumes from them (fp8lab.results skips finished runs).
+# Writes $OUT/report-<tag>.tar.gz (executed notebooks, HTML, summaries, index.html, the installed vLLM's
+# options as vllm-options-<version>.json) and $OUT/runs-<tag>.tar.gz (the results store: spec, records,
+# provenance and worker log of every engine of this call's studies).
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD JUPYTER_PATH=/tmp/site/share/jupyter PYTHONUNBUFFERED=1
 export FP8LAB_RUNS=${FP8LAB_RUNS:-/tmp/fp8lab-runs}
 # The staged xgrammar 0.2.9 calls tvm_ffi's load_lib_module with a keyword that the staged
 # apache-tvm-ffi 0.1.10 lacks; without it every engine fails at start (reports/h200/foundation/README.md).
 sed -i 's/, extra_lib_paths=package_paths)/)/' /tmp/site/xgrammar/load_binding.py 2>/dev/null || true
-tag=$(IFS=-; echo "$*")
-out=/tmp/h200report
-mkdir -p "$out"
-python3 -m fp8lab.cli run "$@" --profile h200 --out "$out" -q
+tag=${FP8LAB_TAG:-$(IFS=-; echo "$*")}
+out=/tmp/h200report/$tag
+mkdir -p "$out" "$FP8LAB_RUNS"
+ver=$(python3 -c "import vllm; print(vllm.__version__)" 2>/dev/null || echo unknown)
+python3 -m fp8lab.vllm_options --out "$out/vllm-options-$ver.json" > "$out/vllm-options.log" 2>&1 &
+# shellcheck disable=SC2086  # FP8LAB_ARGS is a list of words
+timeout --signal=INT --kill-after=20 "${FP8LAB_BUDGET_S:-540}" \
+  python3 -m fp8lab.cli run "$@" --profile h200 --out "$out" -q ${FP8LAB_ARGS:-}
 rc=$?
+if [ "$rc" -ne 0 ]; then  # cut short: stop what still holds the GPU (kernels, spawned engine workers)
+  pkill -9 -f ipykernel_launcher || true
+  nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | xargs -r kill -9 || true
+fi
+wait
 tar czf "$OUT/report-$tag.tar.gz" -C "$out" .
 tar czf "$OUT/runs-$tag.tar.gz" -C "$FP8LAB_RUNS" .
 ls -la "$OUT"

@@ -111,3 +111,17 @@ def test_root_cause_skips_the_generic_wrapper():
            "RuntimeError: Engine core initialization failed. See root cause above.\n")
     assert root_cause(log, None) == "ValueError: No valid attention backend found"
     assert root_cause("nothing here", "fallback") == "fallback"
+
+
+def test_root_cause_reads_vllm_026_prefixed_engine_core_lines():
+    # vLLM 0.26 prefixes every line its EngineCore process writes, tracebacks included (0.32 does not)
+    msg = ("ValueError: To serve at least one request with the model's max seq len (131104), (9.00 GiB KV cache is "
+           "needed, which is larger than the available KV cache memory (8.00 GiB). Based on the available memory, "
+           "the estimated maximum model length is 116480.")
+    log = ("(EngineCore pid=7) ERROR 11-29 09:57:22 [core.py:1330] EngineCore failed to start.\n"
+           f"(EngineCore pid=7) ERROR 11-29 09:57:22 [core.py:1330] {msg}\n"
+           "(EngineCore pid=7) Process EngineCore:\n(EngineCore pid=7) Traceback (most recent call last):\n"
+           f"\x1b[0;36m(EngineCore pid=7)\x1b[0;0m {msg}\nTraceback (most recent call last):\n"
+           "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    assert root_cause(log, None) == msg
+    assert classify_failure(root_cause(log, None)) == "oom"
