@@ -28,8 +28,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = {name: _parse_value(value) for name, value in (args.param or [])}
     out = Path(args.out or f"reports/{args.profile}")
     summary = run_profile(args.profile, out, args.notebooks or None, overrides, progress=not args.quiet)
-    failed = [n for n, e in summary["notebooks"].items() if e["status"] != "ok"]
-    print(f"fp8lab run: {len(summary['notebooks']) - len(failed)} ok, {len(failed)} failed -> {out / 'index.html'}")
+    ran = {n: e for n, e in summary["notebooks"].items() if not e.get("from")}  # not those of an earlier run
+    failed = [n for n, e in ran.items() if e["status"] != "ok"]
+    print(f"fp8lab run: {len(ran) - len(failed)} ok, {len(failed)} failed -> {out / 'index.html'}")
     for n in failed:
         print(f"  failed: {n}: {summary['notebooks'][n]['error']}", file=sys.stderr)
     return 1 if failed else 0

@@ -142,8 +142,11 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
     out_nb, out_html, summary_path = out_dir / f"{stem}.ipynb", out_dir / f"{stem}.html", out_dir / f"{stem}.summary.json"
     summary_path.unlink(missing_ok=True)
     entry: dict[str, Any] = {"notebook": stem, "parameters": params, "status": "ok", "error": None}
-    old = os.environ.get("FP8LAB_SUMMARY_PATH")
-    os.environ["FP8LAB_SUMMARY_PATH"] = str(summary_path)
+    # the kernel inherits these: where to record the summary, and the report folder the notebook writes into
+    # (the claims audit reads its sibling studies' summaries there)
+    env = {"FP8LAB_SUMMARY_PATH": str(summary_path), "FP8LAB_REPORT_DIR": str(out_dir.resolve())}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     t0 = time.perf_counter()
     try:
         papermill.execute_notebook(str(notebook), str(out_nb), parameters=params, cwd=str(REPO_ROOT),
@@ -152,10 +155,11 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
         entry["status"] = "failed"
         entry["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:2000]
     finally:
-        if old is None:
-            os.environ.pop("FP8LAB_SUMMARY_PATH", None)
-        else:
-            os.environ["FP8LAB_SUMMARY_PATH"] = old
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     entry["wall_s"] = round(time.perf_counter() - t0, 1)
     if out_nb.exists():
         try:
@@ -169,9 +173,35 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
     return entry
 
 
+def previous_summary(out_dir: Path, profile_name: str) -> dict[str, Any]:
+    """``out_dir/summary.json`` when an earlier run of the same profile wrote it, else ``{}``."""
+    try:
+        prev = json.loads((out_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return prev if isinstance(prev, dict) and prev.get("profile") == profile_name else {}
+
+
+def previous_entries(out_dir: Path, profile_name: str) -> dict[str, dict[str, Any]]:
+    """Notebooks an earlier run left in ``out_dir`` for the same profile, so that running a subset (say the
+    claims audit alone, after the studies) keeps the others in ``summary.json`` and the index: the entries of
+    an existing ``summary.json``, plus any ``NN_*.summary.json`` without an entry (``"from": "file"``)."""
+    prev = previous_summary(out_dir, profile_name)
+    out = {k: {**e, "from": e.get("from") or "earlier run"} for k, e in (prev.get("notebooks") or {}).items()}
+    for f in sorted(out_dir.glob("[0-9][0-9]_*.summary.json")):
+        stem = f.name.removesuffix(".summary.json")
+        if stem not in out:
+            html_file = out_dir / f"{stem}.html"
+            out[stem] = {"notebook": stem, "status": "ok", "error": None, "wall_s": None, "from": "file",
+                         "html": html_file.name if html_file.is_file() else None,
+                         "summary": json.loads(f.read_text())}
+    return out
+
+
 def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | None = None,
                 overrides: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Run notebooks on a profile into ``out_dir``: executed ``.ipynb``, ``.html``, ``index.html``, ``summary.json``."""
+    """Run notebooks on a profile into ``out_dir``: executed ``.ipynb``, ``.html``, ``index.html``, ``summary.json``
+    (which also lists the notebooks an earlier run of the same profile left there: :func:`previous_entries`)."""
     from tqdm.auto import tqdm
 
     from fp8lab.devices import provenance
@@ -185,12 +215,18 @@ def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | Non
     for nb in bar:
         bar.set_postfix_str(nb.stem)
         entries.append(run_notebook(nb, out_dir, parameters_for(nb, profile, overrides), progress=progress))
+    merged = {**previous_entries(out_dir, profile_name), **{e["notebook"]: e for e in entries}}
+    prev = previous_summary(out_dir, profile_name)
+    kept = any(e.get("from") for e in merged.values())
+    earlier = ([*prev.get("earlier_runs", []), {"created_utc": prev.get("created_utc"), "provenance": prev.get("provenance")}]
+               if prev and kept else [])
     summary = {
         "profile": profile_name,
         "description": profile.get("description", ""),
         "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "provenance": provenance(with_torch=False),
-        "notebooks": {e["notebook"]: e for e in entries},
+        "notebooks": dict(sorted(merged.items())),
+        "earlier_runs": earlier,  # where the notebooks kept from earlier runs ran (their provenance)
     }
     (out_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2, sort_keys=True))
     write_index(out_dir, summary)
@@ -205,25 +241,61 @@ def _fmt(v: Any) -> str:
     return html.escape(str(v))
 
 
+#: Summary key under which the claims audit (notebook 05) records its rows; ``write_index`` renders them.
+AUDIT_ROWS_KEY = "audit_rows"
+
+
+def audit_html(rows: Sequence[dict[str, Any]], notebook_html: str | None = None) -> str:
+    """The claims audit as an HTML table: claim, verdict, what was measured, links to the evidence."""
+    body = []
+    for r in rows:
+        links = " ".join(f'<a href="{html.escape(x["href"])}">{html.escape(x["label"])}</a>' for x in r.get("links") or [])
+        on = f'<br><small>{html.escape(r["on_what"])}</small>' if r.get("on_what") else ""
+        verdict = str(r.get("verdict", ""))
+        body.append(f"<tr><td>{html.escape(str(r.get('id', '')))}</td><td>{html.escape(str(r.get('claim', '')))}"
+                    f"<br><small>{html.escape(str(r.get('source', '')))}</small></td>"
+                    f"<td class='v-{verdict.replace(' ', '-')}'>{html.escape(verdict)}</td>"
+                    f"<td>{html.escape(str(r.get('measured', '')))}{on}</td><td>{links}</td></tr>")
+    more = (f' Each verdict comes from a rule written next to it, over the recorded numbers: see '
+            f'<a href="{html.escape(notebook_html)}">the audit notebook</a>.' if notebook_html else "")
+    return (f"<h2>Claims audit</h2><p>What the field reports claimed, and what these records say.{more}</p>"
+            "<table class='audit'><tr><th>#</th><th>claim (source)</th><th>verdict</th><th>measured</th>"
+            f"<th>evidence</th></tr>{''.join(body)}</table>")
+
+
 def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
-    """``index.html``: one row per notebook (status, time, link) and each notebook's key numbers."""
-    rows, details = [], []
+    """``index.html``: the claims audit's table first (when a notebook recorded one), then one row per notebook
+    (status, time, link) and each notebook's key numbers."""
+    rows, details, audit = [], [], ""
     for name, e in summary["notebooks"].items():
         link = f'<a href="{html.escape(e["html"])}">{html.escape(name)}</a>' if e.get("html") else html.escape(name)
         err = f'<br><small>{html.escape(e["error"] or "")}</small>' if e.get("error") else ""
-        rows.append(f"<tr><td>{link}</td><td class='{e['status']}'>{e['status']}{err}</td><td>{e.get('wall_s', '')}</td></tr>")
+        kept = f" <small>(kept: {html.escape(e['from'])})</small>" if e.get("from") else ""
+        rows.append(f"<tr><td>{link}</td><td class='{e['status']}'>{e['status']}{kept}{err}</td>"
+                    f"<td>{e.get('wall_s') or ''}</td></tr>")
         if e.get("summary"):
-            items = "".join(f"<tr><td>{html.escape(k)}</td><td>{_fmt(v)}</td></tr>" for k, v in sorted(e["summary"].items()))
+            if e["summary"].get(AUDIT_ROWS_KEY) and not audit:
+                audit = audit_html(e["summary"][AUDIT_ROWS_KEY], e.get("html"))
+            items = "".join(f"<tr><td>{html.escape(k)}</td><td>{_fmt(v)}</td></tr>"
+                            for k, v in sorted(e["summary"].items()) if k != AUDIT_ROWS_KEY)
             details.append(f"<h3>{html.escape(name)}</h3><table>{items}</table>")
     prov = summary.get("provenance", {})
+    earlier = "".join(
+        f"<br>Notebooks marked as kept ran earlier: {html.escape(str(r.get('created_utc')))} on "
+        f"{html.escape(str((r.get('provenance') or {}).get('device', '')))}, fp8lab "
+        f"{html.escape(str((r.get('provenance') or {}).get('fp8lab_commit', ''))[:12])}, vLLM "
+        f"{html.escape(str((r.get('provenance') or {}).get('vllm')))}." for r in summary.get("earlier_runs") or [])
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>fp8lab report: {html.escape(summary['profile'])}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}}
-.ok{{color:#070}}.failed{{color:#b00}}small{{color:#555}}</style></head><body>
+.ok{{color:#070}}.failed{{color:#b00}}small{{color:#555}}
+.v-confirmed{{background:#d8f0d8}}.v-refuted{{background:#f6d5d5}}.v-depends{{background:#fbeccb}}
+.v-not-testable-here{{background:#e6e6e6}}table.audit td:nth-child(3){{font-weight:bold;white-space:nowrap}}</style></head><body>
 <h1>fp8lab report &mdash; profile <code>{html.escape(summary['profile'])}</code></h1>
 <p>{html.escape(summary.get('description', ''))}</p>
 <p>Created {html.escape(summary['created_utc'])} on {html.escape(str(prov.get('device', '')))};
-fp8lab {html.escape(str(prov.get('fp8lab_commit', ''))[:12])}, vLLM {html.escape(str(prov.get('vllm')))}.</p>
+fp8lab {html.escape(str(prov.get('fp8lab_commit', ''))[:12])}, vLLM {html.escape(str(prov.get('vllm')))}.{earlier}</p>
+{audit}
 <h2>Studies</h2><table><tr><th>notebook</th><th>status</th><th>wall (s)</th></tr>{''.join(rows)}</table>
 <h2>Key numbers (summary.json)</h2>{''.join(details)}
 </body></html>"""
