@@ -512,7 +512,8 @@ def rule_total_memory(rep: Report) -> Finding:
 @per_report(4)
 def rule_concurrency(rep: Report) -> Finding:
     """Ratio of the largest concurrency each dtype held without preemption at the same KV budget: Study 01's
-    capacity search, else Study 04's frontier at its shortest length. Refuted when FP8 does not raise it
+    capacity search, else Study 04's frontier at its shortest length where neither dtype sits at a
+    scheduler cap (a largest value that repeats across lengths: max_num_seqs). Refuted when FP8 does not raise it
     (ratio < 1.1). The claim gives two factors (x2 and x1.5) for the same change, so the best verdict is
     depends: on what limits concurrency (x2 when KV blocks are the limit; x1.5 needs another limit)."""
     s01, s04 = rep.optional("01"), rep.optional("04")
@@ -526,7 +527,14 @@ def rule_concurrency(rep: Report) -> Finding:
     if (not a or not f) and s04 is not None:
         c = _candidate(s04)
         lengths = sorted(int(x) for x in s04.get("lengths") or [])
-        L = next((x for x in lengths if s04.get(f"auto.max_conc_measured.L{x}") is not None), None)
+        vals = {d: {x: s04.get(f"{d}.max_conc_measured.L{x}") for x in lengths} for d in ("auto", c)}
+        known = [x for x in lengths if vals["auto"][x] is not None and vals[c][x] is not None]
+        # a dtype's largest value over the lengths is a scheduler cap (max_num_seqs) when it repeats:
+        # skip lengths where either dtype sits at its cap, so the ratio compares KV limits
+        caps = {d: max((vals[d][x] for x in known), default=None) for d in vals}
+        free = [x for x in known if all(vals[d][x] < caps[d] or sum(vals[d][y] == caps[d] for y in known) == 1
+                                        for d in vals)]
+        L = next(iter(free or known), None)
         if L is not None:
             a, f = s04.get(f"auto.max_conc_measured.L{L}"), s04.get(f"{c}.max_conc_measured.L{L}")
             censored, src = False, f"04 frontier at {L:,} tokens"

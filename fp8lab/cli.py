@@ -36,6 +36,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_runs(args: argparse.Namespace) -> int:
+    from fp8lab.results import phase_table
+
+    root = Path(args.root) if args.root else None
+    table = phase_table(args.study, root)
+    if table.empty:
+        print(f"fp8lab runs: no stored runs of study {args.study!r} under {root or 'the results store'}", file=sys.stderr)
+        return 1
+    print(table.drop(columns=["run_id"]).round(1).to_markdown(index=False) if args.markdown else table.to_string(index=False))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from fp8lab.report import compare_summaries
+
+    table = compare_summaries(args.reports, args.notebook, args.keys)
+    print(table.to_markdown(floatfmt=".4g") if args.markdown else table.to_string())
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from fp8lab.report import load_profiles
 
@@ -63,6 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override one notebook parameter (YAML value), e.g. -p KV_CACHE_GIB 2")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
+
+    runs = sub.add_parser("runs", help="tabulate a study's stored runs per workload phase (tokens/s, TTFT, TPOT)")
+    runs.add_argument("study", help="study folder in the results store, e.g. 01_kv_dtype_auto_vs_fp8")
+    runs.add_argument("--root", help="results store root (default: $FP8LAB_RUNS or runs/)")
+    runs.add_argument("--markdown", action="store_true", help="a Markdown table")
+    runs.set_defaults(func=cmd_runs)
+
+    cmp = sub.add_parser("compare", help="one notebook's key numbers across report folders, side by side")
+    cmp.add_argument("notebook", help="notebook stem, e.g. 03_quality_token_match")
+    cmp.add_argument("reports", nargs="+", help="report folders, e.g. reports/cpu-tiny reports/h200")
+    cmp.add_argument("--keys", default=".", help="regular expression the summary keys must match")
+    cmp.add_argument("--markdown", action="store_true", help="a Markdown table")
+    cmp.set_defaults(func=cmd_compare)
 
     prof = sub.add_parser("profiles", help="list the named parameter sets")
     prof.add_argument("--json", action="store_true")

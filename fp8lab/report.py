@@ -302,3 +302,23 @@ fp8lab {html.escape(str(prov.get('fp8lab_commit', ''))[:12])}, vLLM {html.escape
     path = out_dir / "index.html"
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def compare_summaries(report_dirs: Sequence[str | Path], notebook: str, pattern: str = ".") -> Any:
+    """The numeric key numbers of one notebook across report folders (e.g. ``reports/cpu-tiny`` and
+    ``reports/h200``), side by side: a DataFrame indexed by summary key (those matching the regular
+    expression ``pattern``), one column per folder (its name). Keys missing in a folder are NaN."""
+    import re
+
+    import pandas as pd
+
+    rx = re.compile(pattern)
+    cols = {}
+    for d in report_dirs:
+        path = Path(d) / f"{notebook}.summary.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no summary of {notebook} in {d}")
+        flat = json.loads(path.read_text())
+        cols[Path(d).name] = {k: v for k, v in flat.items()
+                              if rx.search(k) and isinstance(v, int | float) and not isinstance(v, bool)}
+    return pd.DataFrame(cols).sort_index()

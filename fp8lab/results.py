@@ -129,3 +129,35 @@ def collect(study: str, root: Path | None = None) -> Any:
         rows.append({"run_id": rd.parent.name, "status": meta["status"], "error": meta.get("error"),
                      **{f"spec.{k}": v for k, v in spec["engine"].items()}, **meta.get("engine", {})})
     return pd.DataFrame(rows)
+
+
+def phase_table(study: str, root: Path | None = None) -> Any:
+    """One row per stored run and workload phase of a study: ``run_id, kv_cache_dtype, tag, phase,
+    status, requests, prompt_tokens, output_tokens, wall_s`` (the phase's wall time, seconds),
+    ``output_tok_s``, ``ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms`` (per request; TPOT excludes
+    the first token) and ``preemptions``. Read from the store alone (``engine.json`` and
+    ``records.parquet``), so a study cut short can still be tabulated from what it finished."""
+    import numpy as np
+    import pandas as pd
+
+    from fp8lab.metrics import percentiles, throughput
+
+    rows = []
+    for ej in sorted(((root or runs_dir()) / study).glob("*/engine.json")):
+        meta = json.loads(ej.read_text())  # not load(): the spec's model path may not exist on this machine
+        rec_path = ej.parent / "records.parquet"
+        rec = pd.read_parquet(rec_path) if rec_path.exists() else pd.DataFrame()
+        for phase, ph in (meta.get("phases") or {}).items():
+            r = rec[rec.phase == phase] if len(rec) and "phase" in rec else rec.iloc[0:0]
+            ttft = percentiles(r.ttft_s.to_numpy(float) * 1e3) if "ttft_s" in r else {}
+            tpot = percentiles(r.tpot_s.to_numpy(float) * 1e3) if "tpot_s" in r else {}
+            tags = sorted(set(r.tag.dropna())) if "tag" in r else []
+            rows.append({"run_id": ej.parent.name, "kv_cache_dtype": (meta.get("engine") or {}).get("kv_cache_dtype"),
+                         "tag": ",".join(tags), "phase": phase, "status": meta["status"],
+                         "requests": ph.get("requests"), "prompt_tokens": ph.get("prompt_tokens"),
+                         "output_tokens": ph.get("output_tokens"), "wall_s": ph.get("wall_s"),
+                         "output_tok_s": throughput(0, ph.get("output_tokens") or 0, ph.get("wall_s") or 0)["output_tok_s"],
+                         "ttft_p50_ms": ttft.get("p50", np.nan), "ttft_p99_ms": ttft.get("p99", np.nan),
+                         "tpot_p50_ms": tpot.get("p50", np.nan), "tpot_p99_ms": tpot.get("p99", np.nan),
+                         "preemptions": ph.get("preemptions")})
+    return pd.DataFrame(rows)

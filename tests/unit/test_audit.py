@@ -183,6 +183,16 @@ def test_claim4_ratio_decides():
     assert g.verdict == DEPENDS and "04 frontier" in g.measured
 
 
+def test_claim4_frontier_skips_a_scheduler_cap():
+    # as on the H200: max_num_seqs (128) binds both dtypes at 1K and fp8 at 2K; KV binds from 4K on
+    vals = {"auto": [128, 84, 42, 21], "fp8": [128, 128, 84, 42]}
+    lengths = [1024, 2048, 4096, 8192]
+    s04 = {"kv_dtypes": ["auto", "fp8"], "lengths": lengths,
+           **{f"{dt}.max_conc_measured.L{x}": v for dt, vs in vals.items() for x, v in zip(lengths, vs, strict=True)}}
+    g = run(4, ev(rep(s04=s04)))
+    assert g.details["p"]["ratio"] == pytest.approx(2.0) and "4,096 tokens" in g.measured
+
+
 # ------------------------------------------------------------------------------------------ claim 5
 def test_claim5_three_directions():
     ok = {"output tok/s @c=16": d(-8, -12, -4), "TTFT P50 @c=16": d(-7, -10, -3, "better"),
