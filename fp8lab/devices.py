@@ -124,7 +124,8 @@ def git_commit() -> dict[str, Any]:
         return {"fp8lab_commit": os.environ["FP8LAB_COMMIT"], "fp8lab_dirty": None}
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        # reports/ holds outputs (a run writing its report there does not make the code dirty)
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)reports"))
     except Exception:
         commit, dirty = "", None
     if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
