@@ -3,6 +3,8 @@
 # Usage on the host, after ../shared/gpu-host/ staging (setup.sh installed vLLM 0.26.0 into /tmp/site):
 #   FP8LAB_COMMIT=<sha> bash scripts/h200_run.sh 01 03
 #   FP8LAB_COMMIT=<sha> FP8LAB_ARGS="-p RUN_FIDELITY True" FP8LAB_TAG=01-fidelity bash scripts/h200_run.sh 01
+# FP8LAB_SEED_RECORDS=1 first unpacks the committed stores (reports/h200/records/*.tar.gz) into $FP8LAB_RUNS,
+# so engines an earlier session finished (same spec, same phases, same repo path) are loaded, not re-run.
 # FP8LAB_BUDGET_S (default 540) bounds the notebooks' run so the packing below still happens inside one
 # `run` call's 600 s; a notebook cut short leaves its finished engine runs in $FP8LAB_RUNS, and the same
 # command on the same warm host resumes from them (fp8lab.results skips finished runs).
@@ -18,6 +20,10 @@ sed -i 's/, extra_lib_paths=package_paths)/)/' /tmp/site/xgrammar/load_binding.p
 tag=${FP8LAB_TAG:-$(IFS=-; echo "$*")}
 out=/tmp/h200report/$tag
 mkdir -p "$out" "$FP8LAB_RUNS"
+if [ "${FP8LAB_SEED_RECORDS:-0}" = 1 ]; then
+  for t in reports/h200/records/*.tar.gz; do [ -e "$t" ] && tar xzf "$t" -C "$FP8LAB_RUNS"; done
+  ls "$FP8LAB_RUNS"
+fi
 ver=$(python3 -c "import vllm; print(vllm.__version__)" 2>/dev/null || echo unknown)
 python3 -m fp8lab.vllm_options --out "$out/vllm-options-$ver.json" > "$out/vllm-options.log" 2>&1 &
 # shellcheck disable=SC2086  # FP8LAB_ARGS is a list of words
