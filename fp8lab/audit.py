@@ -690,39 +690,56 @@ CLAIM8_GAIN_PCT = 30.0
 
 @per_report(8)
 def rule_streaming_benchmark(rep: Report) -> Finding:
-    """fp8lab's client always reads the stream (Study 01 records that it saw every token), so the non-reading
-    client is not reproduced; what is tested is whether a streamed measurement finds the +30%. Needs both
-    methods on the same engines: the closed-loop sweep and the constant-rate open loop, whose sender kept its
-    schedule (achieved / scheduled within 5%). Confirmed when every closed-loop throughput CI lies below +30%
-    (the gain was overstated); refuted when some CI lies above +30%; else not testable here."""
+    """Both methods on the same engines (Study 01): at each ``naive_concurrency`` point the same requests ran
+    through the streamed closed loop and through a client that does not read the stream (final output only).
+    Confirmed when the non-reading client's FP8 throughput gain lies beyond the streamed one's (its CI is
+    entirely above the streamed CI) at some point; refuted when at every point the two CIs overlap (the
+    method does not overstate the gain here; an HTTP client's own artifact is not reproduced in-process).
+    The constant-rate open loop's sender must have kept its schedule (achieved / scheduled within 5%).
+    Without non-reading runs: not testable here, with the streamed deltas as the nearest evidence."""
     s = rep.study("01")
     cs = _sorted_concurrency(s)
     if not cs:
         raise Missing("serving (01) summary has no concurrency sweep")
+    cand = _candidate(s)
     tp = {c: _delta(s, f"output tok/s @c={c}") for c in cs}
+    naive = {int(c): (s.get("deltas") or {}).get(f"{cand}: output tok/s (no stream) @c={c}")
+             for c in s.get("naive_concurrency") or []}
+    naive = {c: d for c, d in naive.items() if d is not None and tp.get(c) is not None}
     ol = [r for r in s.get("open_loop") or [] if r.get("process") == "constant"]
-    if not ol:
-        raise Missing("serving (01) ran no constant-rate open loop")
-    rate_err = max(abs(float(r["achieved_rate"]) / float(r["scheduled_rate"]) - 1) for r in ol)
-    rate = ol[0]["requested_rate"]
-    open_deltas = {m: (s.get("deltas") or {}).get(f"{_candidate(s)}: {m} @constant {rate:g}/s")
-                   for m in ("TTFT P50", "TPOT P50")}
+    rate_err = max((abs(float(r["achieved_rate"]) / float(r["scheduled_rate"]) - 1) for r in ol), default=None)
+    rate = ol[0]["requested_rate"] if ol else None
+    open_deltas = {m: (s.get("deltas") or {}).get(f"{cand}: {m} @constant {rate:g}/s")
+                   for m in ("TTFT P50", "TPOT P50")} if ol else {}
     merged = s.get("merged_delta_requests_frac")
-    measured = ("closed loop (streamed) throughput " + ", ".join(f"@c={c} {_fd(tp[c])}" for c in cs)
-                + f"; open loop at {rate:g}/s constant (rate error {100 * rate_err:.2f}%): "
-                + ", ".join(f"{m} {_fd(d)}" for m, d in open_deltas.items() if d)
-                + (f"; requests with merged tokens: {100 * float(merged):.1f}%" if merged is not None else ""))
+    parts = []
+    if naive:
+        parts.append("same engines, streamed vs not reading the stream: " + "; ".join(
+            f"@c={c} {_fd(tp[c])} vs {_fd(d)}" for c, d in sorted(naive.items())))
+    parts.append("closed loop (streamed) throughput " + ", ".join(f"@c={c} {_fd(tp[c])}" for c in cs))
+    if ol:
+        parts.append(f"open loop at {rate:g}/s constant (rate error {100 * rate_err:.2f}%): "
+                     + ", ".join(f"{m} {_fd(d)}" for m, d in open_deltas.items() if d))
+    if merged is not None:
+        parts.append(f"requests with merged tokens: {100 * float(merged):.1f}%")
+    measured = "; ".join(parts)
     details = {"closed_hi_pct": max(d["hi_pct"] for d in tp.values()), "rate_error": rate_err,
-               "merged_delta_requests_frac": merged}
-    on = ("the non-reading client itself is not reproduced (fp8lab's client always streams); both methods ran on "
-          "the same engines")
-    if rate_err > OPEN_LOOP_RATE_TOL:
+               "merged_delta_requests_frac": merged,
+               "naive_minus_streamed_pts": {c: d["delta_pct"] - tp[c]["delta_pct"] for c, d in naive.items()}}
+    if rate_err is not None and rate_err > OPEN_LOOP_RATE_TOL:
         return Finding(NOT_TESTABLE, measured, "the open-loop sender missed its schedule", details)
-    if all(d["hi_pct"] < CLAIM8_GAIN_PCT for d in tp.values()):
-        return Finding(CONFIRMED, measured, on + f"; no streamed CI reaches +{CLAIM8_GAIN_PCT:g}%", details)
-    if any(d["lo_pct"] > CLAIM8_GAIN_PCT for d in tp.values()):
-        return Finding(REFUTED, measured, on + f"; a streamed CI lies above +{CLAIM8_GAIN_PCT:g}%", details)
-    return Finding(NOT_TESTABLE, measured, on + f"; a CI contains +{CLAIM8_GAIN_PCT:g}%", details)
+    if not naive:
+        return Finding(NOT_TESTABLE, measured, "the non-reading client did not run (NAIVE_CONCURRENCY empty); "
+                       "nearest evidence: the streamed deltas", details)
+    if any(d["lo_pct"] > tp[c]["hi_pct"] for c, d in naive.items()):
+        return Finding(CONFIRMED, measured, "the non-reading client reported a larger FP8 gain than the streamed "
+                       "closed loop on the same engines", details)
+    if all(d["lo_pct"] <= tp[c]["hi_pct"] and tp[c]["lo_pct"] <= d["hi_pct"] for c, d in naive.items()):
+        return Finding(REFUTED, measured, "in-process, not reading the stream measured the same FP8 gain as reading "
+                       "it (overlapping CIs): the method alone does not overstate it; an HTTP client's own artifact "
+                       "is not reproduced here", details)
+    return Finding(DEPENDS, measured, "on the concurrency: the non-reading client reported a smaller gain at some "
+                   "point", details)
 
 
 # ---------------------------------------------------------------------------------------------- claim 9

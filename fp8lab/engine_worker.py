@@ -134,7 +134,7 @@ def _logprob_columns(entries: Any, token_ids: list[int], prefix: str, k: int) ->
     return {f"{prefix}_token_logprobs": tok_lp, f"{prefix}_topk_ids": top_ids, f"{prefix}_topk_logprobs": top_lps}
 
 
-def _sampling_params(req: dict[str, Any], stream: bool = False):
+def _sampling_params(req: dict[str, Any], stream: bool = False, final_only: bool = False):
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -149,7 +149,7 @@ def _sampling_params(req: dict[str, Any], stream: bool = False):
     if req["logprobs"] is not None:
         kw["logprobs"] = req["logprobs"]
     if stream:
-        kw["output_kind"] = RequestOutputKind.DELTA
+        kw["output_kind"] = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA
     return SamplingParams(**kw)
 
 
@@ -242,6 +242,28 @@ async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_
     return row
 
 
+async def _final_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_start: float, rid: str) -> dict:
+    """Send one request and wait for its final output only (the benchmark that does not read the stream):
+    E2E is seen by the client, TTFT and ITL are not (NaN); the engine's own TTFT is kept beside."""
+    sent = time.perf_counter()
+    final = None
+    async for out in engine.generate(_tokens_prompt(req), _sampling_params(req, stream=True, final_only=True), rid):
+        final = out
+    done = time.perf_counter()
+    comp = final.outputs[0] if final is not None else None
+    row: dict[str, Any] = {"phase": phase, "request": idx, "cls": req["cls"], "tag": req["tag"],
+                           "prompt_tokens": len(req["prompt_token_ids"]), "sent_s": sent - t_start,
+                           "output_tokens": len(comp.token_ids) if comp is not None else 0,
+                           "finish_reason": comp.finish_reason if comp is not None else None,
+                           "output_token_ids": [int(t) for t in comp.token_ids] if comp is not None else [],
+                           "ttft_s": float("nan"), "tpot_s": float("nan"), "e2e_s": done - sent}
+    m = getattr(final, "metrics", None) if final is not None else None
+    if m is not None:
+        row["engine_ttft_s"] = float(m.first_token_latency)
+        row["num_preemptions"] = int(getattr(m, "num_preemptions", 0))
+    return row
+
+
 async def _run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
     """Open loop (each request sent at its ``arrival_s``, whether or not earlier ones finished) or,
     with ``concurrency`` set, closed loop (at most N requests in flight, the next sent as one ends)."""
@@ -252,11 +274,12 @@ async def _run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str
     if conc:
         queue = list(enumerate(reqs))
         rows: list[dict[str, Any]] = []
+        one = _final_one if phase.get("client", "stream") == "final" else _stream_one
 
         async def worker() -> None:
             while queue:
                 i, r = queue.pop(0)
-                rows.append(await _stream_one(engine, i, r, phase["name"], t0, f"{prefix}-{i}"))
+                rows.append(await one(engine, i, r, phase["name"], t0, f"{prefix}-{i}"))
 
         await asyncio.gather(*(worker() for _ in range(conc)))
     else:

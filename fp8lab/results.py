@@ -43,8 +43,10 @@ def run_descriptor(spec: EngineSpec, phases: Sequence[Phase], driver: str, sampl
         "engine": spec.to_dict(),
         "driver": driver,
         "sample_interval_s": sample_interval_s,
+        # "client" only when not the default, so runs stored before the field existed keep their hashes
         "phases": [{"name": p.name, "concurrency": p.concurrency, "n_requests": len(p.requests),
-                    "requests_digest": _requests_digest(p.requests)} for p in phases],
+                    "requests_digest": _requests_digest(p.requests),
+                    **({"client": p.client} if p.client != "stream" else {})} for p in phases],
     }
 
 

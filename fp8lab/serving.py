@@ -75,6 +75,8 @@ class ServingPlan:
     open-loop phases of ``open_loop_requests`` requests each. ``capacity_shape = (input, output)``
     tokens of the capacity search (``None``: no search); its ladder is the formula's prediction
     ``P`` with ``P - 1``, ``P + 1`` and ``round(P x f)`` for ``f`` in ``capacity_factors``.
+    ``naive_concurrency``: closed-loop points also run by the benchmark that does not read the stream
+    (phases ``naive-c<N>``, the same requests as ``closed-c<N>``, on the same engines; claim 8 of the audit).
     ``prompt_source``: ``"text"`` (held-out text, needs the model's tokenizer) | ``"random"`` (dummy
     weights). ``seed`` seeds the request draws; every arm and trial gets the same requests.
     """
@@ -92,6 +94,7 @@ class ServingPlan:
     capacity_shape: tuple[int, int] | None = (64, 128)
     capacity_factors: tuple[float, ...] = (0.5, 1.5)
     capacity_trials: int = 1
+    naive_concurrency: tuple[int, ...] = ()
     prompt_source: PromptSource = "text"
     seed: int = 0
 
@@ -132,6 +135,12 @@ class ServingPlan:
         for f in self.capacity_factors:
             check_float(self, "capacity_factors", f, 0.0, 100.0, lo_open=True)
         check_int(self, "capacity_trials", self.capacity_trials, 0, self.trials)
+        setf("naive_concurrency", tuple(sorted(set(self.naive_concurrency or ()))))
+        for c in self.naive_concurrency:
+            check_int(self, "naive_concurrency", c, 1, 100_000)
+            if self.concurrency and c not in self.concurrency:
+                raise SpecError("ServingPlan", "naive_concurrency", c, f"a concurrency of the closed-loop sweep "
+                                f"{list(self.concurrency)} (the two methods are compared at the same points)")
         check_choice(self, "prompt_source", self.prompt_source, PromptSource)
         check_int(self, "seed", self.seed, 0, 2**31 - 1)
         limit = self.engine.max_model_len if self.engine.max_model_len not in (None, -1) else None
@@ -209,11 +218,12 @@ def capacity_ladder(predicted: int, factors: Sequence[float]) -> tuple[int, ...]
 # --------------------------------------------------------------------------------------------------
 
 _PHASE_RE = re.compile(r"^(?:(?P<warm>warmup)|closed-c(?P<cc>\d+)|open-(?P<proc>constant|poisson)-(?P<rate>[\d.e+-]+)"
-                       r"|cap-c(?P<capc>\d+))$")
+                       r"|cap-c(?P<capc>\d+)|naive-c(?P<nc>\d+))$")
 
 
 def phase_meta(name: str) -> dict[str, Any]:
-    """``kind`` (warmup | closed | open | capacity), ``concurrency``, ``process`` and ``rate`` of a phase name."""
+    """``kind`` (warmup | closed | naive | open | capacity), ``concurrency``, ``process`` and ``rate`` of a phase
+    name (``naive``: the closed loop of the client that does not read the stream)."""
     m = _PHASE_RE.match(name)
     if not m:
         return {"kind": "other", "concurrency": np.nan, "process": None, "rate": np.nan}
@@ -221,6 +231,8 @@ def phase_meta(name: str) -> dict[str, Any]:
         return {"kind": "warmup", "concurrency": np.nan, "process": None, "rate": np.nan}
     if m["cc"]:
         return {"kind": "closed", "concurrency": int(m["cc"]), "process": None, "rate": np.nan}
+    if m["nc"]:
+        return {"kind": "naive", "concurrency": int(m["nc"]), "process": None, "rate": np.nan}
     if m["proc"]:
         return {"kind": "open", "concurrency": np.nan, "process": m["proc"], "rate": float(m["rate"])}
     return {"kind": "capacity", "concurrency": int(m["capc"]), "process": None, "rate": np.nan}
@@ -244,6 +256,10 @@ def build_phases(plan: ServingPlan, kv_dtype: str, trial: int, concurrency: Sequ
         n = max(plan.closed_loop_requests, c)  # every point reaches its concurrency
         reqs = build_requests(model, plan.mix, n, source=src, seed=plan.seed + 2)
         phases.append(Phase(f"closed-c{c}", _tagged(reqs, tag), concurrency=c))
+    for c in plan.naive_concurrency:
+        n = max(plan.closed_loop_requests, c)
+        reqs = build_requests(model, plan.mix, n, source=src, seed=plan.seed + 2)  # closed-c<N>'s requests
+        phases.append(Phase(f"naive-c{c}", _tagged(reqs, tag), concurrency=c, client="final"))
     for i, rate in enumerate(plan.rates):
         for process in plan.arrivals:
             reqs = build_requests(model, plan.mix, plan.open_loop_requests, source=src, seed=plan.seed + 3)
@@ -550,9 +566,11 @@ class Metric:
 def headline_metrics(res: ServingResult) -> list[Metric]:
     """The study's headline metrics: output tokens/s at every closed-loop concurrency; TTFT, TPOT and
     ITL P50/P99 at the largest and the smallest concurrency; TTFT and TPOT P50/P99 of every open-loop
-    phase."""
+    phase; output tokens/s of the non-streaming closed loop at every ``naive_concurrency``."""
     out = [Metric(f"output tok/s @c={c}", "closed", "output_tok_s", "mean", concurrency=c, higher_is_better=True)
            for c in res.concurrency]
+    out += [Metric(f"output tok/s (no stream) @c={c}", "naive", "output_tok_s", "mean", concurrency=c,
+                   higher_is_better=True) for c in res.plan.naive_concurrency]
     for c in sorted({res.headline_concurrency, min(res.concurrency)}, reverse=True):
         for col, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL")):
             for st in ("p50", "p99"):
@@ -829,6 +847,26 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
     return "\n".join(lines)
 
 
+def method_table(res: ServingResult, deltas: pd.DataFrame) -> pd.DataFrame:
+    """Both benchmark methods on the same engines (claim 8): per non-baseline dtype and ``naive_concurrency``
+    point, the fp8-vs-baseline output tokens/s delta (% with its 95% CI and label) measured by the streamed
+    closed loop and by the client that does not read the stream, and their difference in points."""
+    rows = []
+    for c in res.plan.naive_concurrency:
+        for d in res.plan.kv_dtypes[1:]:
+            st = deltas[(deltas.metric == f"output tok/s @c={c}") & (deltas.kv_dtype == d)]
+            nv = deltas[(deltas.metric == f"output tok/s (no stream) @c={c}") & (deltas.kv_dtype == d)]
+            if st.empty or nv.empty:
+                continue
+            a, b = st.iloc[0], nv.iloc[0]
+            rows.append({"kv_dtype": d, "concurrency": c,
+                         "streamed_delta_pct": a.delta_pct, "streamed_ci": f"{a.lo_pct:+.1f} to {a.hi_pct:+.1f}",
+                         "streamed_label": a.label, "no_stream_delta_pct": b.delta_pct,
+                         "no_stream_ci": f"{b.lo_pct:+.1f} to {b.hi_pct:+.1f}", "no_stream_label": b.label,
+                         "difference_pts": b.delta_pct - a.delta_pct})
+    return pd.DataFrame(rows)
+
+
 def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, search: pd.DataFrame,
                    open_loop: pd.DataFrame, bandwidth: dict[str, Any] | None = None,
                    fidelity: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -837,6 +875,7 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
     c = res.headline_concurrency
     out: dict[str, Any] = {"model": Path(plan.engine.model).name, "kv_dtypes": list(plan.kv_dtypes), "trials": plan.trials,
                            "concurrency": list(res.concurrency), "headline_concurrency": c,
+                           "naive_concurrency": list(plan.naive_concurrency),
                            "engines_ok": int((res.engines.status == "ok").sum()), "engines": len(res.engines),
                            "engine_wall_s_total": round(float(res.engines.get("run_wall_s", pd.Series(dtype=float)).sum()), 1)}
     cap = capacity.set_index("kv_dtype")
@@ -1055,7 +1094,8 @@ __all__ = [
     "Arrival", "Metric", "STUDY", "ServingPlan", "ServingResult", "bench_args", "build_phases", "capacity_ladder",
     "capacity_search", "capacity_table", "concurrency_limit", "delta_table", "engine_table", "fidelity_check",
     "headline_metrics", "require_ok",
-    "itl_frame", "kv_usage_timeline", "latency_summary", "mean_context", "noise_floor_table", "open_loop_table",
+    "itl_frame", "kv_usage_timeline", "latency_summary", "mean_context", "method_table", "noise_floor_table",
+    "open_loop_table",
     "phase_meta", "phase_records", "predicted_blocks", "resolve_concurrency", "roofline_measured", "roofline_tables",
     "run_fp8lab_offline", "run_study", "run_vllm_bench", "summary_values", "throughput_table", "trial_order", "verdict",
 ]

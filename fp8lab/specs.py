@@ -20,6 +20,7 @@ from fp8lab.paths import REPO_ROOT
 KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"]
 ModelDtype = Literal["auto", "bfloat16", "float16", "float32"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
+Client = Literal["stream", "final"]
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -228,11 +229,15 @@ class Phase:
     With the ``llm`` driver the requests go to ``LLM.generate`` together (offline throughput).
     With the ``async`` driver each request is streamed: ``concurrency=N`` keeps N in flight
     (closed loop); ``concurrency=None`` sends each at its ``arrival_s`` (open loop).
+    ``client="final"`` (async closed loop only) is the benchmark that does not read the stream: each
+    of the N workers waits for its request's final output only, so no token times are seen (TTFT and
+    ITL unobserved; E2E and tokens/s are); ``"stream"`` (the default) reads every delta.
     """
 
     name: str
     requests: tuple[Request, ...]
     concurrency: int | None = None
+    client: Client = "stream"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
@@ -241,3 +246,7 @@ class Phase:
         if not all(isinstance(r, Request) for r in self.requests):
             raise SpecError("Phase", "requests", type(self.requests).__name__, "a sequence of fp8lab.specs.Request")
         check_int(self, "concurrency", self.concurrency, 1, 100_000, optional=True)
+        check_choice(self, "client", self.client, Client)
+        if self.client == "final" and self.concurrency is None:
+            raise SpecError("Phase", "client", self.client, "'final' only with a concurrency (a closed loop); "
+                            "open-loop phases stream")

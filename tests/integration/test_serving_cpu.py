@@ -40,6 +40,7 @@ def served(tiny_model, runs_root, source):
     phases = [
         Phase("warmup", reqs[:2], concurrency=2),
         Phase("closed-c2", reqs[:6], concurrency=2),
+        Phase("naive-c2", reqs[:6], concurrency=2, client="final"),  # the same requests, stream not read
         Phase(f"open-constant-{RATE:g}", with_arrivals(reqs, RATE, "constant")),
         Phase("cap-c31", cap[:31], concurrency=31),
         Phase("cap-c33", cap, concurrency=33),
@@ -78,6 +79,18 @@ def test_closed_loop_respects_concurrency(served):
         in_flight += step
         peak = max(peak, in_flight)
     assert peak == 2
+
+
+def test_non_streaming_client_sees_only_the_end(served):
+    rec, closed = _phase(served, "naive-c2"), _phase(served, "closed-c2")
+    assert len(rec) == 6 and (rec.output_tokens == SHORT.output_len).all()
+    assert rec.ttft_s.isna().all() and rec.tpot_s.isna().all()  # no token times without reading the stream
+    assert (rec.e2e_s > rec.engine_ttft_s).all() and (rec.engine_ttft_s > 0).all()
+    # greedy on the same engine: the same tokens by either client
+    assert rec.sort_values("request").output_token_ids.map(list).tolist() == \
+        closed.sort_values("request").output_token_ids.map(list).tolist()
+    start, end = rec.sent_s.to_numpy(), (rec.sent_s + rec.e2e_s).to_numpy()
+    assert max(((start <= t) & (t < end)).sum() for t in start) == 2  # still two in flight
 
 
 def test_open_loop_achieves_a_low_rate(served):

@@ -78,3 +78,12 @@ def test_open_loop_rate_achieved(summary):
 def test_roofline_bandwidth(summary):
     assert summary["bandwidth_gbs"] > 0 and not math.isnan(summary["bandwidth_gbs"])
     assert summary["bandwidth_source"] in ("measured", "parameter")
+
+
+def test_both_methods_on_the_same_engines(summary):
+    # the client that does not read the stream ran beside the streamed closed loop (claim 8 of the audit)
+    assert summary["naive_concurrency"] and set(summary["naive_concurrency"]) <= set(summary["concurrency"])
+    for c in summary["naive_concurrency"]:
+        d = summary["deltas"][f"fp8: output tok/s (no stream) @c={c}"]
+        assert d["lo_pct"] <= d["delta_pct"] <= d["hi_pct"]
+        assert (d["label"] == "within noise") == (d["lo_pct"] <= 0 <= d["hi_pct"])

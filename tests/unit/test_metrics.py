@@ -195,7 +195,8 @@ def test_plan_validation_names_the_field(engine):
     for kw, field in ((dict(trials=2), "trials"), (dict(kv_dtypes=["auto"]), "kv_dtypes"),
                       (dict(kv_dtypes=["auto", "fp9"]), "kv_dtypes"), (dict(rates=[0.0]), "rates"),
                       (dict(arrivals=["burst"]), "arrivals"), (dict(capacity_shape=(2000, 100)), "capacity_shape"),
-                      (dict(mix=[["huge", 2000, 100]]), "mix[huge]"), (dict(prompt_source="web"), "prompt_source")):
+                      (dict(mix=[["huge", 2000, 100]]), "mix[huge]"), (dict(prompt_source="web"), "prompt_source"),
+                      (dict(naive_concurrency=[2]), "naive_concurrency")):
         with pytest.raises(SpecError) as err:
             _plan(engine, **kw)
         assert err.value.field == field, (kw, str(err.value))
@@ -230,6 +231,19 @@ def test_phase_names_round_trip(engine):
     later = serving.build_phases(plan, "fp8", 1, (1, 4), capacity_predicted=32)
     assert [p.name for p in later][-1] == "open-poisson-5"
     assert later[1].requests[0].prompt_token_ids == phases[1].requests[0].prompt_token_ids
+
+
+def test_naive_phases_reuse_the_closed_loop_requests(engine):
+    plan = _plan(engine, naive_concurrency=[4])
+    phases = {p.name: p for p in serving.build_phases(plan, "auto", 0, (1, 4), capacity_predicted=None)}
+    naive, closed = phases["naive-c4"], phases["closed-c4"]
+    assert naive.client == "final" and closed.client == "stream" and naive.concurrency == 4
+    assert [r.prompt_token_ids for r in naive.requests] == [r.prompt_token_ids for r in closed.requests]
+    meta = serving.phase_meta("naive-c4")
+    assert (meta["kind"], meta["concurrency"]) == ("naive", 4)
+    names = [m.name for m in serving.headline_metrics(type("R", (), {"plan": plan, "concurrency": (1, 4),
+                                                                    "headline_concurrency": 4})())]
+    assert "output tok/s (no stream) @c=4" in names and "output tok/s (no stream) @c=1" not in names
 
 
 def test_bench_args_mirror_the_spec(engine):

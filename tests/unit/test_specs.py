@@ -125,3 +125,21 @@ def test_root_cause_reads_vllm_026_prefixed_engine_core_lines():
            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
     assert root_cause(log, None) == msg
     assert classify_failure(root_cause(log, None)) == "oom"
+
+
+def test_phase_client_is_checked_and_hashed_only_when_not_default(tiny_model):
+    from fp8lab.results import run_descriptor
+    from fp8lab.specs import EngineSpec, Phase, Request, SpecError, spec_hash
+
+    reqs = (Request(prompt_token_ids=(1, 2, 3), max_tokens=4),)
+    with pytest.raises(SpecError) as err:
+        Phase("x", reqs, concurrency=2, client="http")
+    assert err.value.field == "client"
+    with pytest.raises(SpecError) as err:
+        Phase("x", reqs, client="final")  # an open loop always streams
+    assert err.value.field == "client"
+    spec = EngineSpec(model=tiny_model)
+    streamed = run_descriptor(spec, [Phase("x", reqs, concurrency=2)], "async", 0.25)
+    assert "client" not in streamed["phases"][0]  # runs stored before the field keep their hashes
+    final = run_descriptor(spec, [Phase("x", reqs, concurrency=2, client="final")], "async", 0.25)
+    assert final["phases"][0]["client"] == "final" and spec_hash(final) != spec_hash(streamed)
