@@ -99,6 +99,18 @@ def parameters_for(notebook: Path, profile: dict[str, Any], overrides: dict[str,
     return {k: v for k, v in merged.items() if k in declared}
 
 
+def resolved_parameters(notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every parameter of the notebook as papermill runs it: the ``parameters`` cell's own values, then the
+    profile's (:func:`parameters_for`), then ``overrides`` (for code that builds the notebook's specs itself)."""
+    import ast
+
+    import papermill
+
+    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(notebook)).items()}
+    params.update(parameters_for(notebook, profile, overrides))
+    return params
+
+
 # ----------------------------------------------------------------------------------------- running
 KERNEL_NAME = "fp8lab-python"
 

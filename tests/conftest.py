@@ -25,3 +25,13 @@ def runs_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     os.environ["FP8LAB_RUNS"] = str(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def model_overrides(tiny_model) -> dict:
+    """Notebook parameters that point a study at the test model (``FP8LAB_TEST_TOKENIZER`` adds TOKENIZER,
+    for a model folder without one)."""
+    out = {"MODEL": tiny_model}
+    if os.environ.get("FP8LAB_TEST_TOKENIZER"):
+        out["TOKENIZER"] = os.environ["FP8LAB_TEST_TOKENIZER"]
+    return out

@@ -8,8 +8,6 @@ starting the same engines again (only the dtypes added by the profile run there)
 
 from __future__ import annotations
 
-import ast
-import os
 from pathlib import Path
 
 import numpy as np
@@ -19,31 +17,18 @@ import torch
 from fp8lab import fp8formats as ff
 from fp8lab import quality as q
 from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.report import load_profile, resolved_parameters
 
 pytestmark = pytest.mark.slow
 
 NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
 
 
-def nb03_params(model: str, profile: str = "cpu-tiny", **overrides) -> dict:
-    """Notebook 03's parameters as papermill would run them: the notebook's defaults, then the profile's
-    values, then ``overrides`` (``FP8LAB_TEST_TOKENIZER`` sets TOKENIZER for a model folder without one)."""
-    import papermill
-
-    from fp8lab.report import load_profile, parameters_for
-
-    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(NB03)).items()}
-    params.update(parameters_for(NB03, load_profile(profile)))
-    params["MODEL"] = model
-    if os.environ.get("FP8LAB_TEST_TOKENIZER"):
-        params["TOKENIZER"] = os.environ["FP8LAB_TEST_TOKENIZER"]
-    params.update(overrides)
-    return params
-
 
 @pytest.fixture(scope="module")
-def runs(tiny_model, runs_root):
-    spec = q.QualitySpec.from_params(nb03_params(tiny_model, KV_DTYPES=["auto", "fp8"]))
+def runs(model_overrides, runs_root):
+    params = resolved_parameters(NB03, load_profile("cpu-tiny"), {**model_overrides, "KV_DTYPES": ["auto", "fp8"]})
+    spec = q.QualitySpec.from_params(params)
     return q.run_quality(spec)
 
 

@@ -5,35 +5,20 @@ are shared with notebook 03 whenever both notebooks use the same Study 03 parame
 
 from __future__ import annotations
 
-import ast
-import os
-
 import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import run_notebook
+from fp8lab.report import load_profile, resolved_parameters, run_notebook
 
 pytestmark = pytest.mark.slow
 
 NB02 = NOTEBOOKS_DIR / "02_calibration_32_tokens.ipynb"
 
 
-def nb02_params(model: str, profile: str = "cpu-tiny") -> dict:
-    import papermill
-
-    from fp8lab.report import load_profile, parameters_for
-
-    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(NB02)).items()}
-    params.update(parameters_for(NB02, load_profile(profile)))
-    params["MODEL"] = model
-    if os.environ.get("FP8LAB_TEST_TOKENIZER"):
-        params["TOKENIZER"] = os.environ["FP8LAB_TEST_TOKENIZER"]
-    return params
-
 
 @pytest.fixture(scope="module")
-def nb02(tiny_model, runs_root, tmp_path_factory):
-    params = nb02_params(tiny_model)
+def nb02(model_overrides, runs_root, tmp_path_factory):
+    params = resolved_parameters(NB02, load_profile("cpu-tiny"), model_overrides)
     entry = run_notebook(NB02, tmp_path_factory.mktemp("nb02"), params, progress=False)
     assert entry["status"] == "ok", entry["error"]
     return params, entry["summary"]

@@ -5,35 +5,20 @@ loaded from the session's results store; only the dtypes the profile adds start 
 
 from __future__ import annotations
 
-import ast
-import os
-
 import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import run_notebook
+from fp8lab.report import load_profile, resolved_parameters, run_notebook
 
 pytestmark = pytest.mark.slow
 
 NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
 
 
-def nb03_params(model: str, profile: str = "cpu-tiny") -> dict:
-    import papermill
-
-    from fp8lab.report import load_profile, parameters_for
-
-    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(NB03)).items()}
-    params.update(parameters_for(NB03, load_profile(profile)))
-    params["MODEL"] = model
-    if os.environ.get("FP8LAB_TEST_TOKENIZER"):
-        params["TOKENIZER"] = os.environ["FP8LAB_TEST_TOKENIZER"]
-    return params
-
 
 @pytest.fixture(scope="module")
-def nb03(tiny_model, runs_root, tmp_path_factory):
-    params = nb03_params(tiny_model)
+def nb03(model_overrides, runs_root, tmp_path_factory):
+    params = resolved_parameters(NB03, load_profile("cpu-tiny"), model_overrides)
     entry = run_notebook(NB03, tmp_path_factory.mktemp("nb03"), params, progress=False)
     assert entry["status"] == "ok", entry["error"]
     return params, entry["summary"]

@@ -5,34 +5,22 @@ formula, so they hold for whichever budget the profile sets."""
 
 from __future__ import annotations
 
-import ast
-
 import pytest
 
 from fp8lab import kvmath
 from fp8lab import longctx as lc
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import run_notebook
+from fp8lab.report import load_profile, resolved_parameters, run_notebook
 
 pytestmark = pytest.mark.slow
 
 NB04 = NOTEBOOKS_DIR / "04_long_context_ramp_128k.ipynb"
 
 
-def nb04_params(model: str, profile: str = "cpu-tiny") -> dict:
-    import papermill
-
-    from fp8lab.report import load_profile, parameters_for
-
-    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(NB04)).items()}
-    params.update(parameters_for(NB04, load_profile(profile)))
-    params["MODEL"] = params["QUALITY_MODEL"] = model
-    return params
-
 
 @pytest.fixture(scope="module")
 def nb04(tiny_model, runs_root, tmp_path_factory):
-    params = nb04_params(tiny_model)
+    params = resolved_parameters(NB04, load_profile("cpu-tiny"), {"MODEL": tiny_model, "QUALITY_MODEL": tiny_model})
     entry = run_notebook(NB04, tmp_path_factory.mktemp("nb04"), params, progress=False)
     assert entry["status"] == "ok", entry["error"]
     return params, lc.LongCtxPlan.from_params(params), entry["summary"]

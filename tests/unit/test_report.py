@@ -40,3 +40,15 @@ def test_index_lists_each_notebook_with_status(tmp_path):
                              "01_y": {"status": "failed", "error": "boom", "wall_s": 2.0, "summary": None}}}
     page = write_index(tmp_path, summary).read_text()
     assert '<a href="00_x.html">00_x</a>' in page and "boom" in page and "failed" in page
+
+
+def test_resolved_parameters_layers_defaults_profile_overrides():
+    from fp8lab.paths import NOTEBOOKS_DIR
+    from fp8lab.report import load_profile, resolved_parameters
+
+    nb = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
+    p = resolved_parameters(nb, load_profile("cpu-tiny"), {"GEN_TOKENS": 7})
+    assert p["TOP_K"] == 5  # the notebook's own value (no profile sets it)
+    assert p["TASK_ITEMS"] == load_profile("cpu-tiny")["notebooks"]["03_quality_token_match"]["TASK_ITEMS"]
+    assert p["GEN_TOKENS"] == 7  # the override wins
+    assert "CONCURRENCY" not in p  # another notebook's parameter is not passed
