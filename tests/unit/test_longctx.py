@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from fp8lab import longctx as lc
+from fp8lab import longdocs
 from fp8lab.engine import EngineResult
 from fp8lab.paths import TINY_MODEL_DIR
 from fp8lab.specs import SpecError
@@ -89,7 +90,7 @@ def test_document_ids_wrap_around_a_short_corpus(monkeypatch):
             return self.ids
 
     key = (lc.resolve_model(TINY), ("code", "json"), 6, 12345)
-    monkeypatch.setitem(lc._STREAMS, key, Stub())
+    monkeypatch.setitem(longdocs._STREAMS, key, Stub())
     assert lc.document_ids(TINY, 7, offset=8, seed=12345) == (8, 9, 0, 1, 2, 3, 4)
     assert lc.document_ids(TINY, 25, offset=0, seed=12345) == tuple(list(range(10)) * 2 + list(range(5)))
 

@@ -1,0 +1,251 @@
+"""Study 04's inputs: long documents of real text cut to exact token lengths, the length grids, random-token
+prompts, and passkey-retrieval items. No engine here; :mod:`fp8lab.longctx` runs the study on these.
+
+Documents are the held-out text (``data/text``) concatenated with their paragraph structure, with generated
+code blocks and JSON objects inserted every few paragraphs, as the field reports did.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from fp8lab.specs import SpecError, check_choice, check_float, check_int, resolve_model
+
+GridKind = Literal["geometric", "linear"]
+PromptSource = Literal["text", "random"]
+InsertKind = Literal["code", "json"]
+
+#: Passkey retrieval, the wording of Mohtashami & Jaggi (arXiv:2305.16300, appendix), with real text
+#: in place of their repeated filler sentences.
+PASSKEY_TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+                "I will quiz you about the important information there.\n\n")
+PASSKEY_NEEDLE = "\n\nThe pass key is {key}. Remember it. {key} is the pass key.\n\n"
+PASSKEY_QUESTION = "\n\nWhat is the pass key? The pass key is"
+PASSKEY_OUTPUT_TOKENS = 8
+
+
+# ============================================================================ length grids
+def length_grid(kind: GridKind, min_len: int, max_context: int, output_tokens: int, *, step: int = 1024,
+                factor: float = 2.0) -> tuple[int, ...]:
+    """Prompt lengths (tokens) of a ramp whose longest request, prompt + ``output_tokens``, is exactly
+    ``max_context`` tokens.
+
+    ``geometric``: ``min_len, min_len * factor, ...`` (rounded) while prompt + output < ``max_context``;
+    ``linear`` (the field reports' ramp, ``step`` = 1024: +1K per step): ``min_len, min_len + step, ...``.
+    Both end with ``max_context - output_tokens``, the longest prompt that fits.
+
+    >>> length_grid("geometric", 1024, 8192, 32)
+    (1024, 2048, 4096, 8160)
+    """
+    check_choice("LengthGrid", "kind", kind, GridKind)
+    check_int("LengthGrid", "output_tokens", output_tokens, 1, 10_000_000)
+    check_int("LengthGrid", "min_len", min_len, 1, 10_000_000)
+    check_int("LengthGrid", "max_context", max_context, min_len + output_tokens, 10_000_000)
+    last = max_context - output_tokens
+    out: list[int] = []
+    if kind == "geometric":
+        check_float("LengthGrid", "factor", factor, 1.0, 1e3, lo_open=True)
+        x = float(min_len)
+        while round(x) < last:
+            if not out or round(x) > out[-1]:
+                out.append(int(round(x)))
+            x *= factor
+    else:
+        check_int("LengthGrid", "step", step, 1, 10_000_000)
+        out = list(range(min_len, last, step))
+    return tuple(out + [last])
+
+
+# ============================================================================ documents
+def json_object(rng: random.Random) -> str:
+    """A small pretty-printed JSON object (a config/record of the kind documentation shows), seeded."""
+    words = ["alpha", "beta", "gamma", "delta", "cache", "block", "token", "layer", "scale", "queue"]
+    obj = {
+        "id": rng.randrange(1, 100_000),
+        "name": f"{rng.choice(words)}_{rng.choice(words)}",
+        "enabled": rng.random() < 0.5,
+        "ratio": round(rng.random(), 4),
+        "tags": rng.sample(words, 3),
+        "limits": {"max_items": rng.randrange(1, 4096), "timeout_s": round(rng.uniform(0.1, 60.0), 2)},
+    }
+    return json.dumps(obj, indent=2)
+
+
+def code_block(rng: random.Random) -> str:
+    """A small fenced Python snippet, seeded (one of a few shapes with random names and numbers), with no
+    blank line inside, so it stays one paragraph of the document."""
+    name = rng.choice(["load", "parse", "merge", "scan", "emit", "fold"]) + "_" + rng.choice(
+        ["items", "rows", "blocks", "tokens", "records"])
+    n, k = rng.randrange(2, 64), rng.randrange(1, 9)
+    shapes = [
+        f"def {name}(data, limit={n}):\n    out = []\n    for i, x in enumerate(data):\n"
+        f"        if i >= limit:\n            break\n        out.append(x * {k})\n    return out",
+        f"class {name.title().replace('_', '')}:\n    def __init__(self, size={n}):\n        self.size = size\n"
+        f"        self.items = [None] * size\n    def get(self, i):\n        return self.items[i % self.size]",
+        f"with open('{name}.txt') as f:\n    total = sum(int(line) for line in f if line.strip())\n"
+        f"print(total // {k}, total % {n})",
+    ]
+    return "```python\n" + rng.choice(shapes) + "\n```"
+
+
+def assemble_document(texts: Sequence[str], inserts: Sequence[str] = ("code", "json"), every: int = 6,
+                      seed: int = 0) -> str:
+    """One long document: ``texts`` split into paragraphs (blank-line separated, kept verbatim), joined
+    with blank lines, with an inserted block after every ``every`` paragraphs, cycling through
+    ``inserts`` (``code``: :func:`code_block`, ``json``: :func:`json_object`; seeded by ``seed``).
+
+    >>> assemble_document(["a\\n\\nb", "c"], inserts=(), every=1)
+    'a\\n\\nb\\n\\nc'
+    """
+    for kind in inserts:
+        check_choice("LongDocument", "inserts", kind, InsertKind)
+    check_int("LongDocument", "every", every, 1, 10_000_000)
+    rng = random.Random(seed)
+    makers = {"code": code_block, "json": json_object}
+    paragraphs: list[str] = []
+    count = 0
+    for text in texts:
+        for para in re.split(r"\n\s*\n", text.strip("\n")):
+            if not para.strip():
+                continue
+            paragraphs.append(para)
+            count += 1
+            if inserts and count % every == 0:
+                paragraphs.append(makers[inserts[(count // every - 1) % len(inserts)]](rng))
+    return "\n\n".join(paragraphs)
+
+
+class _DocumentStream:
+    """The held-out documents assembled (:func:`assemble_document`, one document at a time) and tokenized
+    lazily, so a 16K-token ramp does not tokenize the whole 2 MB corpus. Each document's inserts are
+    seeded by ``seed`` and its index, so the stream does not depend on how far it was read before."""
+
+    def __init__(self, model: str, inserts: tuple[str, ...], every: int, seed: int):
+        from fp8lab.workloads import _tokenizer, heldout_documents
+
+        self.tok = _tokenizer(model)
+        self.docs = [text for _, text in heldout_documents()]
+        self.inserts, self.every, self.seed = inserts, every, seed
+        self.ids: list[int] = []
+        self.next_doc = 0
+
+    def take(self, n: int) -> list[int]:
+        """At least the first ``n`` token ids (fewer only when the corpus is exhausted)."""
+        while len(self.ids) < n and self.next_doc < len(self.docs):
+            i = self.next_doc
+            text = assemble_document([self.docs[i]], self.inserts, self.every, seed=self.seed * 100_003 + i)
+            self.ids.extend(self.tok.encode(text + "\n\n", add_special_tokens=False))
+            self.next_doc += 1
+        return self.ids
+
+    @property
+    def exhausted(self) -> bool:
+        return self.next_doc >= len(self.docs)
+
+
+_STREAMS: dict[tuple, _DocumentStream] = {}
+
+
+def document_ids(model: str, length: int, offset: int = 0, *, inserts: Sequence[str] = ("code", "json"),
+                 every: int = 6, seed: int = 0) -> tuple[int, ...]:
+    """Exactly ``length`` token ids of the long held-out document, from token ``offset`` (the stream
+    wraps around when the corpus is shorter than ``offset + length``: about 0.5M tokens with the shipped
+    tokenizer)."""
+    check_int("LongDocument", "length", length, 1, 100_000_000)
+    check_int("LongDocument", "offset", offset, 0, 100_000_000)
+    key = (resolve_model(model), tuple(inserts), every, seed)
+    if key not in _STREAMS:
+        _STREAMS[key] = _DocumentStream(key[0], key[1], every, seed)
+    stream = _STREAMS[key]
+    ids = stream.take(offset + length)
+    if len(ids) >= offset + length:
+        return tuple(ids[offset : offset + length])
+    if not ids:
+        raise SpecError("LongDocument", "text", "data/text/heldout", "held-out .txt documents to build prompts from")
+    reps = (offset + length) // len(ids) + 1  # the corpus repeated: said in the notebook when it happens
+    return tuple((ids * reps)[offset : offset + length])
+
+
+def random_ids(vocab_size: int, length: int, seed: int) -> tuple[int, ...]:
+    """Seeded random token ids (for dummy-weight models, and the random-token checks)."""
+    from fp8lab.workloads import random_prompt
+
+    return random_prompt(vocab_size, length, random.Random(seed))
+
+
+# ============================================================================ passkey
+@dataclass(frozen=True)
+class PasskeyItem:
+    """One passkey prompt of exactly ``length`` tokens: task, haystack with the needle inserted at
+    ``depth`` (fraction of the haystack before it; the needle starts at token ``needle_pos``), question."""
+
+    tag: str
+    length: int
+    depth: float
+    key: str
+    prompt: tuple[int, ...]
+    needle_pos: int
+
+
+def insert_at_depth(haystack: Sequence[int], needle: Sequence[int], depth: float) -> tuple[tuple[int, ...], int]:
+    """``haystack`` with ``needle`` inserted after ``round(depth * len(haystack))`` of its tokens; returns the
+    new sequence and the needle's start index.
+
+    >>> insert_at_depth([1, 2, 3, 4], [9], 0.5)
+    ((1, 2, 9, 3, 4), 2)
+    """
+    check_float("Passkey", "depth", depth, 0.0, 1.0)
+    pos = int(round(depth * len(haystack)))
+    return tuple(haystack[:pos]) + tuple(needle) + tuple(haystack[pos:]), pos
+
+
+def passkey_items(model: str, lengths: Sequence[int], depths: Sequence[float], trials: int = 1, *,
+                  haystack: PromptSource = "text", seed: int = 0, inserts: Sequence[str] = ("code", "json"),
+                  every: int = 6) -> list[PasskeyItem]:
+    """One item per (length, depth, trial): a seeded 5-digit key, real-text (or random-token) haystack
+    from a different place of the long document for every item, prompt exactly ``length`` tokens."""
+    from fp8lab.workloads import _tokenizer, model_vocab_size
+
+    check_choice("Passkey", "haystack", haystack, PromptSource)
+    tok = _tokenizer(resolve_model(model))
+    task = tok.encode(PASSKEY_TASK, add_special_tokens=False)
+    question = tok.encode(PASSKEY_QUESTION, add_special_tokens=False)
+    rng = random.Random(seed)
+    items = []
+    n = 0
+    for length in lengths:
+        for depth in depths:
+            for t in range(trials):
+                key = str(rng.randrange(10_000, 100_000))
+                needle = tok.encode(PASSKEY_NEEDLE.format(key=key), add_special_tokens=False)
+                n_hay = length - len(task) - len(needle) - len(question)
+                if n_hay < 1:
+                    raise SpecError("Passkey", "lengths", length,
+                                    f"at least {len(task) + len(needle) + len(question) + 1} tokens (task + needle + question)")
+                if haystack == "text":
+                    hay = document_ids(model, n_hay, offset=(7919 * n) % 400_000, inserts=inserts, every=every,
+                                       seed=seed)
+                else:
+                    hay = random_ids(model_vocab_size(resolve_model(model)), n_hay, seed=seed + 1000 + n)
+                body, pos = insert_at_depth(hay, needle, depth)
+                prompt = tuple(task) + body + tuple(question)
+                items.append(PasskeyItem(f"pk-L{length}-d{depth:g}-t{t}", length, float(depth), key, prompt,
+                                         len(task) + pos))
+                n += 1
+    return items
+
+
+def passkey_correct(text: str, key: str) -> bool:
+    """Whether the generated ``text`` answers ``key``: its first number (digits, spaces between digits
+    ignored) is the key.
+
+    >>> passkey_correct(" 71432. Remember", "71432"), passkey_correct(" 7 14 32", "71432"), passkey_correct(" 7143", "71432")
+    (True, True, False)
+    """
+    m = re.search(r"\d+", re.sub(r"(?<=\d) +(?=\d)", "", text or ""))
+    return bool(m) and m.group() == key
