@@ -126,6 +126,20 @@ def test_measured_claims_follow_the_recorded_numbers(nb05, reference):
     c = s01["headline_concurrency"]
     if s01["deltas"][f"fp8: output tok/s @c={c}"]["label"] == "better":  # the claim says it gets worse
         assert rows[5]["verdict"] == "refuted"
+    # 8: the streamed closed loop and the client that does not read the stream, on the same engines
+    pairs = [(s01["deltas"][f"fp8: output tok/s @c={n}"], s01["deltas"][f"fp8: output tok/s (no stream) @c={n}"])
+             for n in s01.get("naive_concurrency") or []]
+    if not pairs:
+        expected8 = "not testable here"
+    elif any(nv["lo_pct"] > st["hi_pct"] for st, nv in pairs):
+        expected8 = "confirmed"
+    elif all(nv["lo_pct"] <= st["hi_pct"] and st["lo_pct"] <= nv["hi_pct"] for st, nv in pairs):
+        expected8 = "refuted"
+    else:
+        expected8 = "depends"
+    rate_ok = all(abs(r["achieved_rate"] / r["scheduled_rate"] - 1) <= 0.05
+                  for r in s01.get("open_loop") or [] if r["process"] == "constant")
+    assert rows[8]["verdict"] == (expected8 if rate_ok else "not testable here")
 
 
 def test_html_and_index_page(nb05):
