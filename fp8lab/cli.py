@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -51,7 +52,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from fp8lab.report import compare_summaries
 
-    table = compare_summaries(args.reports, args.notebook, args.keys)
+    try:
+        table = compare_summaries(args.reports, args.notebook, args.keys)
+    except (FileNotFoundError, re.error) as exc:
+        print(f"fp8lab compare: error: {exc}", file=sys.stderr)
+        return 2
     print(table.to_markdown(floatfmt=".4g") if args.markdown else table.to_string())
     return 0
 

@@ -224,21 +224,19 @@ def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | Non
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = []
     bar = tqdm(paths, desc=f"fp8lab run [{profile_name}]", unit="notebook", disable=not progress)
+    prov = provenance(with_torch=False)
+    ran_on = {k: prov.get(k) for k in ("date_utc", "device", "fp8lab_commit", "fp8lab_dirty", "vllm")}
     for nb in bar:
         bar.set_postfix_str(nb.stem)
-        entries.append(run_notebook(nb, out_dir, parameters_for(nb, profile, overrides), progress=progress))
+        entry = run_notebook(nb, out_dir, parameters_for(nb, profile, overrides), progress=progress)
+        entries.append({**entry, "ran_on": ran_on})  # kept with the entry when a later run keeps it
     merged = {**previous_entries(out_dir, profile_name), **{e["notebook"]: e for e in entries}}
-    prev = previous_summary(out_dir, profile_name)
-    kept = any(e.get("from") for e in merged.values())
-    earlier = ([*prev.get("earlier_runs", []), {"created_utc": prev.get("created_utc"), "provenance": prev.get("provenance")}]
-               if prev and kept else [])
     summary = {
         "profile": profile_name,
         "description": profile.get("description", ""),
         "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "provenance": provenance(with_torch=False),
+        "provenance": prov,
         "notebooks": dict(sorted(merged.items())),
-        "earlier_runs": earlier,  # where the notebooks kept from earlier runs ran (their provenance)
     }
     (out_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2, sort_keys=True))
     write_index(out_dir, summary)
@@ -282,7 +280,10 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
     for name, e in summary["notebooks"].items():
         link = f'<a href="{html.escape(e["html"])}">{html.escape(name)}</a>' if e.get("html") else html.escape(name)
         err = f'<br><small>{html.escape(e["error"] or "")}</small>' if e.get("error") else ""
-        kept = f" <small>(kept: {html.escape(e['from'])})</small>" if e.get("from") else ""
+        where = e.get("ran_on") or {}
+        origin = (f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}, "
+                  f"vLLM {where.get('vllm')}" if where else "provenance in its engines' records")
+        kept = f" <small>(kept from {html.escape(e['from'])}: {html.escape(origin)})</small>" if e.get("from") else ""
         rows.append(f"<tr><td>{link}</td><td class='{e['status']}'>{e['status']}{kept}{err}</td>"
                     f"<td>{e.get('wall_s') or ''}</td></tr>")
         if e.get("summary"):
@@ -292,11 +293,6 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
                             for k, v in sorted(e["summary"].items()) if k != AUDIT_ROWS_KEY)
             details.append(f"<h3>{html.escape(name)}</h3><table>{items}</table>")
     prov = summary.get("provenance", {})
-    earlier = "".join(
-        f"<br>Notebooks marked as kept ran earlier: {html.escape(str(r.get('created_utc')))} on "
-        f"{html.escape(str((r.get('provenance') or {}).get('device', '')))}, fp8lab "
-        f"{html.escape(str((r.get('provenance') or {}).get('fp8lab_commit', ''))[:12])}, vLLM "
-        f"{html.escape(str((r.get('provenance') or {}).get('vllm')))}." for r in summary.get("earlier_runs") or [])
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>fp8lab report: {html.escape(summary['profile'])}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}}
@@ -306,7 +302,8 @@ table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{border:1px solid #cc
 <h1>fp8lab report &mdash; profile <code>{html.escape(summary['profile'])}</code></h1>
 <p>{html.escape(summary.get('description', ''))}</p>
 <p>Created {html.escape(summary['created_utc'])} on {html.escape(str(prov.get('device', '')))};
-fp8lab {html.escape(str(prov.get('fp8lab_commit', ''))[:12])}, vLLM {html.escape(str(prov.get('vllm')))}.{earlier}</p>
+fp8lab {html.escape(str(prov.get('fp8lab_commit', ''))[:12])}, vLLM {html.escape(str(prov.get('vllm')))}
+(notebooks marked as kept ran in an earlier call, as noted beside each).</p>
 {audit}
 <h2>Studies</h2><table><tr><th>notebook</th><th>status</th><th>wall (s)</th></tr>{''.join(rows)}</table>
 <h2>Key numbers (summary.json)</h2>{''.join(details)}

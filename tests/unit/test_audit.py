@@ -450,9 +450,11 @@ def test_summary_and_index_page_show_the_audit_first(tmp_path):
     assert sum(values["verdict_counts"].values()) == 15
     json.dumps(values)  # JSON-safe as recorded
     summary = {"profile": "cpu-tiny", "created_utc": "2026-11-29T00:00:00+00:00", "provenance": {},
-               "earlier_runs": [{"created_utc": "2026-11-28T00:00:00+00:00", "provenance": {"device": "NVIDIA H200"}}],
                "notebooks": {"01_x": {"status": "ok", "html": "01_x.html", "wall_s": 1.0, "summary": {"a": 1},
-                                      "from": "earlier run"},
+                                      "from": "earlier run",
+                                      "ran_on": {"date_utc": "2026-11-28T00:00:00+00:00", "device": "NVIDIA H200",
+                                                 "fp8lab_commit": "abc", "vllm": "0.26.0"}},
+                             "02_y": {"status": "ok", "html": "02_y.html", "summary": {"b": 2}, "from": "file"},
                              "05_claims_audit": {"status": "ok", "html": "05_claims_audit.html", "wall_s": 2.0,
                                                  "summary": values}}}
     page = write_index(tmp_path, summary).read_text()
@@ -460,7 +462,9 @@ def test_summary_and_index_page_show_the_audit_first(tmp_path):
     assert "class='v-refuted'" in page and "class='v-depends'" in page
     assert "<td>audit_rows</td>" not in page  # the rows are the table, not a blob under key numbers
     assert '<a href="05_claims_audit.html">the audit notebook</a>' in page
-    assert "(kept: earlier run)" in page and "ran earlier: 2026-11-28T00:00:00+00:00 on NVIDIA H200" in page
+    # each kept notebook says where it ran (the H200 entry is not relabelled with this call's machine)
+    assert "(kept from earlier run: 2026-11-28T00:00:00+00:00 on NVIDIA H200, fp8lab abc, vLLM 0.26.0)" in page
+    assert "(kept from file: provenance in its engines&#x27; records)" in page
 
 
 def test_a_partial_run_keeps_earlier_notebooks(tmp_path):

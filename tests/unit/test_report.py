@@ -52,3 +52,19 @@ def test_resolved_parameters_layers_defaults_profile_overrides():
     assert p["TASK_ITEMS"] == load_profile("cpu-tiny")["notebooks"]["03_quality_token_match"]["TASK_ITEMS"]
     assert p["GEN_TOKENS"] == 7  # the override wins
     assert "CONCURRENCY" not in p  # another notebook's parameter is not passed
+
+
+def test_compare_summaries_side_by_side(tmp_path, capsys):
+    from fp8lab.cli import main
+    from fp8lab.report import compare_summaries
+
+    for name, vals in (("cpu", {"fp8.top3": 0.91, "fp8.ppl": 8.9, "labels": ["a"], "ok": True}),
+                       ("gpu", {"fp8.top3": 0.95, "auto.ppl": 13.3})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "03_q.summary.json").write_text(json.dumps(vals))
+    t = compare_summaries([tmp_path / "cpu", tmp_path / "gpu"], "03_q", r"^fp8\.")
+    assert list(t.columns) == ["cpu", "gpu"] and list(t.index) == ["fp8.ppl", "fp8.top3"]  # lists, bools left out
+    assert t.loc["fp8.top3", "gpu"] == 0.95 and math.isnan(t.loc["fp8.ppl", "gpu"])
+    assert main(["compare", "03_q", str(tmp_path / "cpu"), str(tmp_path / "nowhere")]) == 2
+    assert "no summary of 03_q" in capsys.readouterr().err
+    assert main(["compare", "03_q", str(tmp_path / "cpu"), "--keys", "("]) == 2
