@@ -50,7 +50,18 @@ import numpy as np
 import pandas as pd
 
 from fp8lab.paths import PROMPTS_DIR, TEXT_DIR, TINY_MODEL_DIR, runs_dir
-from fp8lab.specs import SpecError, check_bool, check_choice, check_float, check_int, resolve_model, spec_hash
+from fp8lab.specs import (
+    SpecError,
+    check_bool,
+    check_choice,
+    check_file,
+    check_float,
+    check_int,
+    check_model_folder,
+    check_tokenizer,
+    resolve_model,
+    spec_hash,
+)
 
 Strategy = Literal["tensor", "attn_head"]
 Tensor = Literal["K", "V"]
@@ -932,19 +943,10 @@ class CalibrationSpec:
     def __post_init__(self) -> None:
         from fp8lab.fp8formats import get_format
 
-        object.__setattr__(self, "model", resolve_model(self.model))
-        if not (Path(self.model) / "config.json").is_file():
-            raise SpecError("CalibrationSpec", "model", self.model, "a local model folder holding config.json and weights")
-        tok = resolve_model(self.tokenizer) if self.tokenizer else self.model
-        if not any((Path(tok) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-            raise SpecError("CalibrationSpec", "tokenizer", self.tokenizer,
-                            f"None (the model's own tokenizer; none found in {tok}) or a tokenizer folder")
-        object.__setattr__(self, "tokenizer", tok)
-        p = Path(self.calib_prompt)
-        p = p if p.is_file() else Path(resolve_model(self.calib_prompt))
-        if not p.is_file():
-            raise SpecError("CalibrationSpec", "calib_prompt", self.calib_prompt, "a text file (the whole file is the prompt)")
-        object.__setattr__(self, "calib_prompt", str(p))
+        object.__setattr__(self, "model", check_model_folder(self, "model", self.model))
+        object.__setattr__(self, "tokenizer", check_tokenizer(self, self.tokenizer, self.model))
+        object.__setattr__(self, "calib_prompt", check_file(self, "calib_prompt", self.calib_prompt,
+                                                            "a text file (the whole file is the prompt)"))
         for name in ("prompt_tokens", "calib_roles", "subset_sizes", "formats", "strategies", "roundings", "quality_sets"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.prompt_tokens:

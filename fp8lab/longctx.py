@@ -77,6 +77,7 @@ from fp8lab.specs import (
     check_choice,
     check_float,
     check_int,
+    check_model_folder,
     resolve_model,
 )
 
@@ -193,10 +194,8 @@ class LongCtxPlan:
             for v in getattr(self, name):
                 check_int(self, name, v, 1, longest)
         if self.quality_model is not None:
-            setf("quality_model", resolve_model(self.quality_model))
-            if not (Path(self.quality_model) / "config.json").is_file():
-                raise SpecError("LongCtxPlan", "quality_model", self.quality_model,
-                                "a local model folder with real weights and a tokenizer, or None")
+            setf("quality_model", check_model_folder(self, "quality_model", self.quality_model,
+                                                     "a local model folder with real weights and a tokenizer, or None"))
         check_int(self, "quality_length", self.quality_length, 2, 10_000_000, optional=True)
         check_int(self, "quality_docs", self.quality_docs, 0, 1000)
         check_int(self, "quality_random_docs", self.quality_random_docs, 0, 1000)

@@ -43,8 +43,11 @@ from fp8lab.specs import (
     Request,
     SpecError,
     check_choice,
+    check_file,
     check_float,
     check_int,
+    check_model_folder,
+    check_tokenizer,
     resolve_model,
 )
 
@@ -226,19 +229,10 @@ class QualitySpec:
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", resolve_model(self.model))
-        if not (Path(self.model) / "config.json").is_file():
-            raise SpecError("QualitySpec", "model", self.model, "a local model folder holding config.json and weights")
-        tok = resolve_model(self.tokenizer) if self.tokenizer else self.model
-        if not any((Path(tok) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-            raise SpecError("QualitySpec", "tokenizer", self.tokenizer,
-                            f"None (the model's own tokenizer; none found in {tok}) or a tokenizer folder")
-        object.__setattr__(self, "tokenizer", tok)
-        p = Path(self.prompts)
-        p = p if p.is_file() else Path(resolve_model(self.prompts))
-        if not p.is_file():
-            raise SpecError("QualitySpec", "prompts", self.prompts, 'a JSONL file of {"id", "category", "text"}')
-        object.__setattr__(self, "prompts", str(p))
+        object.__setattr__(self, "model", check_model_folder(self, "model", self.model))
+        object.__setattr__(self, "tokenizer", check_tokenizer(self, self.tokenizer, self.model))
+        object.__setattr__(self, "prompts", check_file(self, "prompts", self.prompts,
+                                                       'a JSONL file of {"id", "category", "text"}'))
         check_int(self, "max_prompts_per_category", self.max_prompts_per_category, 1, 100_000, optional=True)
         object.__setattr__(self, "kv_dtypes", tuple(self.kv_dtypes))
         object.__setattr__(self, "scale_sets", tuple(str(s) for s in self.scale_sets))

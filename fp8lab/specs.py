@@ -88,6 +88,37 @@ def resolve_model(model: str) -> str:
     return model
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def check_model_folder(obj: Any, name: str, value: str,
+                       allowed: str = "a local model folder holding config.json and weights") -> str:
+    """``value`` resolved (:func:`resolve_model`); it must be a folder holding ``config.json``."""
+    path = resolve_model(value)
+    if not (Path(path) / "config.json").is_file():
+        raise SpecError(_name(obj), name, path, allowed)
+    return path
+
+
+def check_tokenizer(obj: Any, value: str | None, model: str) -> str:
+    """The tokenizer folder: ``value`` resolved, or the model's own folder when ``None``; it must hold a
+    tokenizer file (:data:`TOKENIZER_FILES`)."""
+    tok = resolve_model(value) if value else model
+    if not any((Path(tok) / f).is_file() for f in TOKENIZER_FILES):
+        raise SpecError(_name(obj), "tokenizer", value,
+                        f"None (the model's own tokenizer; none found in {tok}) or a tokenizer folder")
+    return tok
+
+
+def check_file(obj: Any, name: str, value: str, allowed: str) -> str:
+    """``value`` as an existing file: as given, else against the repository root (:func:`resolve_model`)."""
+    p = Path(value)
+    p = p if p.is_file() else Path(resolve_model(value))
+    if not p.is_file():
+        raise SpecError(_name(obj), name, value, allowed)
+    return str(p)
+
+
 def _looks_like_path(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~")) or model.count("/") != 1 or Path(model).exists()
 
@@ -218,7 +249,8 @@ class Request:
 
 __all__ = [
     "BLOCK_SIZES", "EngineSpec", "KVDtype", "LoadFormat", "ModelDtype", "Phase", "Request", "SpecError",
-    "check_bool", "check_choice", "check_float", "check_int", "resolve_model", "spec_hash",
+    "TOKENIZER_FILES", "check_bool", "check_choice", "check_file", "check_float", "check_int", "check_model_folder",
+    "check_tokenizer", "resolve_model", "spec_hash",
 ]
 
 

@@ -143,3 +143,21 @@ def test_phase_client_is_checked_and_hashed_only_when_not_default(tiny_model):
     assert "client" not in streamed["phases"][0]  # runs stored before the field keep their hashes
     final = run_descriptor(spec, [Phase("x", reqs, concurrency=2, client="final")], "async", 0.25)
     assert final["phases"][0]["client"] == "final" and spec_hash(final) != spec_hash(streamed)
+
+
+def test_folder_tokenizer_and_file_checks(tiny_model, tmp_path):
+    from fp8lab.specs import check_file, check_model_folder, check_tokenizer
+
+    assert check_model_folder("S", "model", "data/models/fp8lab-tiny-qwen3") == tiny_model  # resolved from the repo
+    with pytest.raises(SpecError) as err:
+        check_model_folder("S", "model", str(tmp_path))
+    assert (err.value.spec, err.value.field) == ("S", "model")
+    assert check_tokenizer("S", None, tiny_model) == tiny_model
+    with pytest.raises(SpecError) as err:
+        check_tokenizer("S", str(tmp_path), tiny_model)  # a folder without tokenizer files
+    assert err.value.field == "tokenizer" and str(tmp_path) in err.value.allowed
+    (tmp_path / "p.txt").write_text("x")
+    assert check_file("S", "f", str(tmp_path / "p.txt"), "a file") == str(tmp_path / "p.txt")
+    with pytest.raises(SpecError) as err:
+        check_file("S", "f", str(tmp_path / "q.txt"), "a file")
+    assert err.value.allowed == "a file"
