@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import load_profile, parameters_for, run_notebook
+from fp8lab.report import load_profile
 
 pytestmark = pytest.mark.slow
 
@@ -15,14 +15,10 @@ NB = NOTEBOOKS_DIR / "01_kv_dtype_auto_vs_fp8.ipynb"
 
 
 @pytest.fixture(scope="module")
-def summary(tmp_path_factory, runs_root, tiny_model):
-    profile = load_profile("cpu-tiny")
-    assert "01_kv_dtype_auto_vs_fp8" in (profile.get("notebooks") or {}), \
+def summary(run_cpu_tiny, tiny_model):
+    assert "01_kv_dtype_auto_vs_fp8" in (load_profile("cpu-tiny").get("notebooks") or {}), \
         "fp8lab/profiles.yaml: cpu-tiny needs its notebooks.01_kv_dtype_auto_vs_fp8 entry (the small settings)"
-    params = parameters_for(NB, profile, {"MODEL": tiny_model})
-    entry = run_notebook(NB, tmp_path_factory.mktemp("nb01"), params, progress=False)
-    assert entry["status"] == "ok", entry["error"]
-    return entry["summary"]
+    return run_cpu_tiny(NB, {"MODEL": tiny_model})[1]
 
 
 def test_all_engines_ran(summary):

@@ -8,20 +8,15 @@ from __future__ import annotations
 import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import load_profile, resolved_parameters, run_notebook
 
 pytestmark = pytest.mark.slow
 
 NB02 = NOTEBOOKS_DIR / "02_calibration_32_tokens.ipynb"
 
 
-
 @pytest.fixture(scope="module")
-def nb02(model_overrides, runs_root, tmp_path_factory):
-    params = resolved_parameters(NB02, load_profile("cpu-tiny"), model_overrides)
-    entry = run_notebook(NB02, tmp_path_factory.mktemp("nb02"), params, progress=False)
-    assert entry["status"] == "ok", entry["error"]
-    return params, entry["summary"]
+def nb02(run_cpu_tiny, model_overrides):
+    return run_cpu_tiny(NB02, model_overrides)
 
 
 def test_calibration_sets_and_sizes(nb02):

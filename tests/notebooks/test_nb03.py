@@ -8,20 +8,15 @@ from __future__ import annotations
 import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import load_profile, resolved_parameters, run_notebook
 
 pytestmark = pytest.mark.slow
 
 NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
 
 
-
 @pytest.fixture(scope="module")
-def nb03(model_overrides, runs_root, tmp_path_factory):
-    params = resolved_parameters(NB03, load_profile("cpu-tiny"), model_overrides)
-    entry = run_notebook(NB03, tmp_path_factory.mktemp("nb03"), params, progress=False)
-    assert entry["status"] == "ok", entry["error"]
-    return params, entry["summary"]
+def nb03(run_cpu_tiny, model_overrides):
+    return run_cpu_tiny(NB03, model_overrides)
 
 
 def test_summary_has_every_dtype(nb03):

@@ -10,7 +10,6 @@ import pytest
 from fp8lab import kvmath
 from fp8lab import longctx as lc
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import load_profile, resolved_parameters, run_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -19,11 +18,9 @@ NB04 = NOTEBOOKS_DIR / "04_long_context_ramp_128k.ipynb"
 
 
 @pytest.fixture(scope="module")
-def nb04(tiny_model, runs_root, tmp_path_factory):
-    params = resolved_parameters(NB04, load_profile("cpu-tiny"), {"MODEL": tiny_model, "QUALITY_MODEL": tiny_model})
-    entry = run_notebook(NB04, tmp_path_factory.mktemp("nb04"), params, progress=False)
-    assert entry["status"] == "ok", entry["error"]
-    return params, lc.LongCtxPlan.from_params(params), entry["summary"]
+def nb04(run_cpu_tiny, tiny_model):
+    params, summary = run_cpu_tiny(NB04, {"MODEL": tiny_model, "QUALITY_MODEL": tiny_model})
+    return params, lc.LongCtxPlan.from_params(params), summary
 
 
 def _blocks(plan: lc.LongCtxPlan, dt: str, bs: int) -> int:
