@@ -379,8 +379,12 @@ def rule_kv_formula(ev: Evidence) -> Finding:
     if not rows:
         return Finding(NOT_TESTABLE, "no model config to check", "data/configs holds the published configs")
     engine: dict[str, Any] = {}
+    on_record: dict[str, Any] = {}
     for rep in ev.reports:
         s = rep.optional("00")
+        rec = (s or {}).get("records") or {}
+        if rec.get("compared"):  # Study 00's section 6: every stored engine of the report's studies
+            on_record[rep.label] = {k: rec[k] for k in ("compared", "exact", "max_abs_rel_error", "studies", "devices")}
         m = ((s or {}).get("measured") or {}).get("auto") or {}
         lay = _model_layout(ev, str((s or {}).get("model"))) if s else None
         if m.get("status") == "ok" and lay is not None and not lay.is_mla:
@@ -398,7 +402,10 @@ def rule_kv_formula(ev: Evidence) -> Finding:
     for label, e in engine.items():
         measured += (f"; [{label}] engine ({e['model']}): {e['engine_blocks']} blocks = KV-heads formula "
                      f"{e['kv_heads_formula_blocks']}, the claim's formula predicts {e['claim_formula_blocks']} blocks")
-    details = {"configs": rows, "engine": engine, "max_overstatement": worst["overstatement"],
+    for label, r in on_record.items():
+        measured += (f"; [{label}] engines on record ({', '.join(r['devices'])}; {len(r['studies'])} studies): "
+                     f"KV-heads formula exact for {r['exact']} of {r['compared']}")
+    details = {"configs": rows, "engine": engine, "on_record": on_record, "max_overstatement": worst["overstatement"],
                "max_overstatement_model": worst["model"]}
     if gqa or not engine_agrees:
         return Finding(REFUTED, measured, "right only for multi-head attention (KV heads = attention heads): the cache "

@@ -139,6 +139,164 @@ def capacity_check(
 
 
 # --------------------------------------------------------------------------------------------------
+# Every engine on record: the formula against the block counts of stored runs
+# --------------------------------------------------------------------------------------------------
+
+#: Columns of :func:`records_check`'s table, in order.
+RECORD_COLUMNS = [
+    "study", "run", "device", "model", "kv_dtype", "status", "error", "block_size", "kv_budget_gib",
+    "tensor_parallel_size", "bytes_per_block", "predicted_blocks", "engine_blocks", "rel_error",
+]
+
+
+def _resolve_model(path: str, store: Any) -> str | None:
+    """Where a run's model config is here: the stored path when it exists, else the same path inside the
+    results store the run came from (model folders a study wrote there, e.g. Study 02's scale sets), else the
+    same ``data/...`` path in this repository (runs record the absolute paths of the machine they ran on),
+    else ``None``."""
+    from pathlib import Path
+
+    from fp8lab.paths import REPO_ROOT
+
+    if Path(path).exists():
+        return path
+    parts = Path(path).parts
+    for k in range(1, len(parts)):
+        if (Path(store) / parts[k]).is_dir() and (here := Path(store).joinpath(*parts[k:])).exists():
+            return str(here)
+    if "data" in parts:
+        here = REPO_ROOT.joinpath(*parts[len(parts) - parts[::-1].index("data") - 1:])
+        if here.exists():
+            return str(here)
+    return None
+
+
+_RUN_FILES = ("/spec.json", "/engine.json", "/provenance.json", "/config.json")
+
+
+def _run_dirs(root: Any, scratch: Any) -> list[Any]:
+    """Run folders (holding ``spec.json`` and ``engine.json``) under ``root``: a results store, a study folder,
+    one run, a ``.tar.gz`` of a store, or a folder of such archives (``reports/<profile>/records``)."""
+    import tarfile
+    from pathlib import Path
+
+    root = Path(root)
+    archives = [root] if root.is_file() else sorted(root.glob("*.tar.gz"))
+    dirs = [] if root.is_file() else [p.parent for p in root.rglob("engine.json") if (p.parent / "spec.json").exists()]
+    for i, a in enumerate(archives):
+        dest = Path(scratch) / f"{i}-{a.name.removesuffix('.tar.gz')}"
+        with tarfile.open(a) as tf:  # only the small JSON files a check reads (stores hold links and Parquet)
+            tf.extractall(dest, members=[m for m in tf.getmembers() if m.isfile() and m.name.endswith(_RUN_FILES)],
+                          filter="data")
+        dirs += [p.parent for p in dest.rglob("engine.json") if (p.parent / "spec.json").exists()]
+    return dirs
+
+
+def check_record_roots(roots: Any) -> list[str]:
+    """``ENGINE_RECORDS`` checked before any engine starts: a list of existing paths (see :func:`_run_dirs`)."""
+    from pathlib import Path
+
+    allowed = ("allowed: a list of existing paths, each a results store folder (runs/, $FP8LAB_RUNS), a study or run "
+               "folder in one, a .tar.gz of a store, or a folder of them (reports/h200/records)")
+    if isinstance(roots, (str, bytes)) or not isinstance(roots, Sequence):
+        raise SpecError("notebook", "ENGINE_RECORDS", roots, "not a list; " + allowed)
+    for r in roots:
+        if not isinstance(r, str) or not Path(r).exists():
+            raise SpecError("notebook", "ENGINE_RECORDS", r, "no such path; " + allowed)
+    return list(roots)
+
+
+def records_check(roots: Sequence[str]) -> Any:
+    """The page-size formula against every engine stored under ``roots`` (see :func:`_run_dirs` for what a root
+    may be): for each run, :func:`fp8lab.kvmath.predict_num_blocks` from the run's model config, kv dtype,
+    tensor-parallel size and the engine's own budget and block size, beside the engine's ``num_blocks``.
+
+    Returns a pandas DataFrame with :data:`RECORD_COLUMNS`, one row per distinct run (by run hash), so studies
+    that never set out to test the formula (serving, quality, long context, other block sizes and configs) test it
+    too. A run whose engine failed keeps its status and error; a run whose model config is not found here gets
+    ``error`` "model config not found" and no prediction. Raises :class:`~fp8lab.specs.SpecError` naming
+    ``ENGINE_RECORDS`` when a root does not exist.
+    """
+    import json
+    import tempfile
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    check_record_roots(roots)
+    rows, seen = [], set()
+    with tempfile.TemporaryDirectory(prefix="fp8lab-records-") as scratch:
+        for i, r in enumerate(roots):
+            for rd in sorted(_run_dirs(r, Path(scratch) / str(i)), key=lambda d: (d.parent.name, d.name)):
+                if rd.name in seen:
+                    continue
+                seen.add(rd.name)
+                eng = json.loads((rd / "spec.json").read_text())["engine"]
+                meta = json.loads((rd / "engine.json").read_text())
+                prov = json.loads((rd / "provenance.json").read_text()) if (rd / "provenance.json").exists() else {}
+                e = meta.get("engine") or {}
+                model = _resolve_model(eng["model"], rd.parent.parent)
+                kv = eng["kv_cache_dtype"]
+                if kv == "auto" and eng.get("dtype") in ("bfloat16", "float16"):
+                    kv = eng["dtype"]  # the cache follows the run's model dtype, not the checkpoint's
+                res = SimpleNamespace(status=meta["status"], error=meta.get("error"), engine=e)
+                spec = SimpleNamespace(model=model, kv_cache_dtype=kv, tensor_parallel_size=eng["tensor_parallel_size"])
+                base = {"study": rd.parent.name, "run": rd.name, "device": prov.get("device"),
+                        "tensor_parallel_size": eng["tensor_parallel_size"]}
+                if model is None:
+                    row = {"model": Path(eng["model"]).name, "kv_dtype": eng["kv_cache_dtype"], "status": meta["status"],
+                           "error": f"model config not found here: {eng['model']}", "block_size": e.get("block_size"),
+                           "kv_budget_bytes": e.get("kv_budget_bytes"), "engine_blocks": e.get("num_blocks")}
+                else:
+                    row = _row(spec, res, eng.get("kv_cache_gib") or 0.0, eng.get("block_size"))
+                    row["kv_dtype"] = eng["kv_cache_dtype"]
+                    if row["predicted_blocks"] is not None:
+                        row["bytes_per_block"] = kvmath.bytes_per_block(model, int(row["block_size"]), kv,
+                                                                        spec.tensor_parallel_size, _hybrid_manager(e))
+                budget = row.pop("kv_budget_bytes", None)
+                rows.append({**base, **row, "kv_budget_gib": budget / kvmath.GIB if budget else None})
+    df = pd.DataFrame(rows, columns=RECORD_COLUMNS)
+    for col in ("block_size", "bytes_per_block", "predicted_blocks", "engine_blocks"):
+        df[col] = df[col].astype("Int64")
+    return df
+
+
+def summarize_records(df: Any, roots: Sequence[str]) -> dict[str, Any]:
+    """Key numbers of :func:`records_check`'s table: engines on record, how many gave figures, how many of
+    those the formula predicted exactly, the largest |rel_error|, and what they covered (distinct bytes per block,
+    that is model shape x kv dtype x block size; model folders)."""
+    ok = df[df.engine_blocks.notna() & df.predicted_blocks.notna()] if len(df) else df
+    rel = ok.rel_error.astype(float).abs() if len(ok) else ok
+    return {
+        "roots": [str(r) for r in roots],
+        "engines": int(len(df)),
+        "compared": int(len(ok)),
+        "exact": int((rel == 0).sum()) if len(ok) else 0,
+        "max_abs_rel_error": float(rel.max()) if len(ok) else None,
+        "studies": sorted(df.study.unique().tolist()) if len(df) else [],
+        "devices": sorted(str(d) for d in df.device.dropna().unique()) if len(df) else [],
+        "page_sizes": sorted({int(b) for b in ok.bytes_per_block}) if len(ok) else [],
+        "models": sorted(set(ok.model)) if len(ok) else [],
+        "not_compared": {f"{r.study}/{r.run}": r.error or r.status for r in df.itertuples()
+                         if r.Index not in ok.index},
+    }
+
+
+def records_markdown(s: dict[str, Any]) -> str:
+    """One Markdown bullet for :func:`summarize_records`'s numbers."""
+    if not s["engines"]:
+        return "- **Engines on record**: none under " + ", ".join(f"`{r}`" for r in s["roots"]) + "."
+    if not s["compared"]:
+        return f"- **Engines on record**: {s['engines']} runs, none with both an engine block count and a prediction."
+    how = "exactly" if s["exact"] == s["compared"] else f"exactly in {s['exact']}, largest error {s['max_abs_rel_error']:.2%}"
+    skipped = f"; {len(s['not_compared'])} not compared (failed or no config)" if s["not_compared"] else ""
+    return (f"- **Engines on record** ({', '.join(s['devices']) or 'device not recorded'}; studies "
+            f"{', '.join(s['studies'])}): the formula predicted the block count of {s['compared']} engines "
+            f"{how}, over {len(s['page_sizes'])} distinct block sizes in bytes ({len(s['models'])} model folders){skipped}.")
+
+
+# --------------------------------------------------------------------------------------------------
 # The study's key numbers and verdict
 # --------------------------------------------------------------------------------------------------
 
@@ -148,12 +306,14 @@ def _nested(df: Any, value: str) -> dict[str, dict[str, Any]]:
     return {m: dict(zip(g.kv_dtype, g[value], strict=True)) for m, g in df.groupby("model", sort=False)}
 
 
-def summarize(model: str, kv_dtypes: Sequence[str], formula: Any, plan: Any, memory: Any, check: Any) -> dict[str, Any]:
+def summarize(model: str, kv_dtypes: Sequence[str], formula: Any, plan: Any, memory: Any, check: Any,
+              records: dict[str, Any] | None = None) -> dict[str, Any]:
     """Key numbers of the KV-memory study (notebook 00) for :func:`fp8lab.report.record_summary`.
 
     ``formula``: rows of :func:`kvmath.summary_row`; ``plan``: of :func:`kvmath.plan_capacity`;
-    ``memory``: of :func:`kvmath.memory_rows`; ``check``: :func:`capacity_check`'s table. ``model`` is the
-    name of the measured model (its row in ``formula``). Ratios are against the first kv dtype.
+    ``memory``: of :func:`kvmath.memory_rows`; ``check``: :func:`capacity_check`'s table; ``records``:
+    :func:`summarize_records` of the engines on record, when checked. ``model`` is the name of the measured
+    model (its row in ``formula``). Ratios are against the first kv dtype.
     """
     first = kv_dtypes[0]
     bpt = {r.model: {d: int(getattr(r, f"bytes_per_token_{d}")) for d in kv_dtypes} for r in formula.itertuples()}
@@ -189,6 +349,7 @@ def summarize(model: str, kv_dtypes: Sequence[str], formula: Any, plan: Any, mem
         "measured_ok": bool(len(ok)) and len(ok) == len(check),
         "max_abs_rel_error": float(rel.max()) if len(rel) else None,
         "prediction_exact": bool(len(rel)) and float(rel.max()) == 0.0,
+        "records": records,
     }
 
 
@@ -229,7 +390,10 @@ def verdict_markdown(s: dict[str, Any]) -> str:
     else:
         parts = ", ".join(f"`{d}`: {v['status']}" + (f" ({v['error']})" if v["error"] else "") for d, v in m.items())
         lines.append(f"- **Measured**: not every engine gave figures ({parts}).")
+    if s.get("records"):
+        lines.append(records_markdown(s["records"]))
     return "\n".join(lines)
 
 
-__all__ = ["COLUMNS", "NOT_RUN", "capacity_check", "summarize", "verdict_markdown"]
+__all__ = ["COLUMNS", "NOT_RUN", "RECORD_COLUMNS", "capacity_check", "check_record_roots", "records_check", "records_markdown",
+           "summarize", "summarize_records", "verdict_markdown"]

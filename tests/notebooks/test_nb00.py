@@ -14,7 +14,9 @@ pytestmark = pytest.mark.slow
 def nb00(tmp_path_factory, runs_root):
     nb = NOTEBOOKS_DIR / "00_kv_memory_estimation.ipynb"
     out = tmp_path_factory.mktemp("nb00")
-    entry = run_notebook(nb, out, parameters_for(nb, load_profile("cpu-tiny")), progress=False)
+    # section 6 reads this session's results store, which holds (at least) section 5's own engines
+    params = {**parameters_for(nb, load_profile("cpu-tiny")), "ENGINE_RECORDS": [str(runs_root)]}
+    entry = run_notebook(nb, out, params, progress=False)
     return entry, out
 
 
@@ -43,3 +45,12 @@ def test_engine_matches_formula(nb00):
     m = s["measured"]
     # 1 GiB at 128-token blocks: 2**30 // (128 x 3072) = 2730 blocks (auto), 2**30 // (128 x 1536) = 5461 (fp8)
     assert m["auto"]["engine_blocks"] == 2730 and m["fp8"]["engine_blocks"] == 5461
+
+
+def test_engines_on_record(nb00):
+    """Section 6 re-derives every stored engine's block count from its own spec: here at least section 5's
+    two CPU engines (study 00_kv_memory), and any other engine this test session stored before."""
+    r = nb00[0]["summary"]["records"]
+    assert "00_kv_memory" in r["studies"] and r["compared"] >= 2
+    assert r["exact"] == r["compared"], r
+    assert 1536 * 128 in r["page_sizes"]  # the shipped model: 1,536 B/token in fp8, at the CPU block size 128

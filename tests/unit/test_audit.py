@@ -12,7 +12,7 @@ import pytest
 
 from fp8lab import audit, kvmath
 from fp8lab.audit import CONFIRMED, DEPENDS, NOT_TESTABLE, REFUTED, Evidence, Finding, Report
-from fp8lab.paths import CONFIGS_DIR
+from fp8lab.paths import CONFIGS_DIR, REPO_ROOT
 from fp8lab.report import write_index
 from fp8lab.specs import SpecError
 
@@ -127,6 +127,18 @@ def test_claim1_engine_check_from_a_study00_summary():
     e = f.details["engine"]["cpu"]
     assert e["claim_formula_blocks"] == 2**30 // (128 * 2 * 6 * 4 * 64 * 2) == 1365
     assert f.verdict == REFUTED and "predicts 1365" in f.measured
+
+
+def test_claim1_cites_the_engines_on_record():
+    """Study 00's section 6 (capacity.summarize_records) over the committed H200 stores, as the audit reads it."""
+    from fp8lab import capacity
+
+    root = str(REPO_ROOT / "reports" / "h200" / "records")
+    s00 = {"model": "fp8lab-tiny-qwen3", "records": capacity.summarize_records(capacity.records_check([root]), [root])}
+    f = run(1, ev(rep("h200", s00=s00), configs=audit.default_configs()))
+    assert f.details["on_record"]["h200"]["exact"] == f.details["on_record"]["h200"]["compared"] == 19
+    assert "[h200] engines on record (NVIDIA H200; 3 studies): KV-heads formula exact for 19 of 19" in f.measured
+    assert "engines on record" not in run(1, ev(rep("h200", s00={"model": "x"}), configs=audit.default_configs())).measured
 
 
 def test_claim2_totals_and_ratio():
