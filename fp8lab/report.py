@@ -89,14 +89,35 @@ def list_notebooks(names: Sequence[str] | None = None, nb_dir: Path = NOTEBOOKS_
 
 
 def parameters_for(notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The profile's parameters that this notebook declares (papermill would warn on the others)."""
+    """The profile's parameters that this notebook declares (papermill would warn on the others). The shared
+    ``params`` and ``overrides`` may name parameters of other notebooks; the notebook's own entry may not: a name
+    there that the notebook does not declare (a typo) raises :class:`SpecError` naming it."""
     import papermill
 
     declared = set(papermill.inspect_notebook(str(notebook)))
+    own = (profile.get("notebooks") or {}).get(notebook.stem, {}) or {}
+    for k, v in own.items():
+        if k not in declared:
+            raise SpecError("Profile", f"notebooks.{notebook.stem}.{k}", v,
+                            "not a parameter of that notebook; allowed: " + " | ".join(sorted(declared)))
     merged = dict(profile.get("params", {}))
-    merged.update((profile.get("notebooks") or {}).get(notebook.stem, {}) or {})
+    merged.update(own)
     merged.update(overrides or {})
     return {k: v for k, v in merged.items() if k in declared}
+
+
+def check_overrides(notebooks: Sequence[Path], overrides: dict[str, Any] | None) -> None:
+    """Each ``-p NAME`` override must be a parameter of at least one of the notebooks to run; else (a typo,
+    silently dropped otherwise) :class:`SpecError` names it, before any notebook starts."""
+    import papermill
+
+    if not overrides:
+        return
+    declared = set().union(*(papermill.inspect_notebook(str(nb)) for nb in notebooks))
+    for k, v in overrides.items():
+        if k not in declared:
+            raise SpecError("RunSpec", k, v, f"not a parameter of {', '.join(nb.stem for nb in notebooks)}; allowed: "
+                            + " | ".join(sorted(declared)))
 
 
 def resolved_parameters(notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -220,6 +241,7 @@ def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | Non
 
     profile = load_profile(profile_name)
     paths = list_notebooks(notebooks)
+    check_overrides(paths, overrides)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = []

@@ -3,7 +3,8 @@
 # Usage on the host, after ../shared/gpu-host/ staging (setup.sh installed vLLM 0.26.0 into /tmp/site):
 #   FP8LAB_COMMIT=<sha> bash scripts/h200_run.sh 01 03
 #   FP8LAB_COMMIT=<sha> FP8LAB_ARGS="-p RUN_FIDELITY True" FP8LAB_TAG=01-fidelity bash scripts/h200_run.sh 01
-# FP8LAB_SEED_RECORDS=1 first unpacks the committed stores (reports/h200/records/*.tar.gz) into $FP8LAB_RUNS,
+#   FP8LAB_COMMIT=<sha> FP8LAB_PROFILE=h200-shipped bash scripts/h200_run.sh 01   (another profile; default h200)
+# FP8LAB_SEED_RECORDS=1 first unpacks the committed stores (reports/<profile>/records/*.tar.gz) into $FP8LAB_RUNS,
 # so engines an earlier session finished (same spec, same phases, same repo path) are loaded, not re-run.
 # FP8LAB_BUDGET_S (default 540) bounds the notebooks' run so the packing below still happens inside one
 # `run` call's 600 s; a notebook cut short leaves its finished engine runs in $FP8LAB_RUNS, and the same
@@ -17,18 +18,19 @@ export FP8LAB_RUNS=${FP8LAB_RUNS:-/tmp/fp8lab-runs}
 # The staged xgrammar 0.2.9 calls tvm_ffi's load_lib_module with a keyword that the staged
 # apache-tvm-ffi 0.1.10 lacks; without it every engine fails at start (reports/h200/foundation/README.md).
 sed -i 's/, extra_lib_paths=package_paths)/)/' /tmp/site/xgrammar/load_binding.py 2>/dev/null || true
+profile=${FP8LAB_PROFILE:-h200}
 tag=${FP8LAB_TAG:-$(IFS=-; echo "$*")}
 out=/tmp/h200report/$tag
 mkdir -p "$out" "$FP8LAB_RUNS"
 if [ "${FP8LAB_SEED_RECORDS:-0}" = 1 ]; then
-  for t in reports/h200/records/*.tar.gz; do [ -e "$t" ] && tar xzf "$t" -C "$FP8LAB_RUNS"; done
+  for t in reports/"$profile"/records/*.tar.gz; do [ -e "$t" ] && tar xzf "$t" -C "$FP8LAB_RUNS"; done
   ls "$FP8LAB_RUNS"
 fi
 ver=$(python3 -c "import vllm; print(vllm.__version__)" 2>/dev/null || echo unknown)
 python3 -m fp8lab.vllm_options --out "$out/vllm-options-$ver.json" > "$out/vllm-options.log" 2>&1 &
 # shellcheck disable=SC2086  # FP8LAB_ARGS is a list of words
 timeout --signal=INT --kill-after=20 "${FP8LAB_BUDGET_S:-540}" \
-  python3 -m fp8lab.cli run "$@" --profile h200 --out "$out" -q ${FP8LAB_ARGS:-}
+  python3 -m fp8lab.cli run "$@" --profile "$profile" --out "$out" -q ${FP8LAB_ARGS:-}
 rc=$?
 if [ "$rc" -ne 0 ]; then  # cut short: stop what still holds the GPU (kernels, spawned engine workers)
   pkill -9 -f ipykernel_launcher || true

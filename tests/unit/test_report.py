@@ -68,3 +68,27 @@ def test_compare_summaries_side_by_side(tmp_path, capsys):
     assert main(["compare", "03_q", str(tmp_path / "cpu"), str(tmp_path / "nowhere")]) == 2
     assert "no summary of 03_q" in capsys.readouterr().err
     assert main(["compare", "03_q", str(tmp_path / "cpu"), "--keys", "("]) == 2
+
+
+def test_every_profile_entry_is_a_parameter_of_its_notebook():
+    """A typo in a profile's per-notebook entry would otherwise be dropped without a word (papermill only warns)."""
+    from fp8lab.report import parameters_for
+
+    for name in load_profiles():
+        profile = load_profile(name)
+        for nb in list_notebooks():
+            own = (profile.get("notebooks") or {}).get(nb.stem) or {}
+            assert parameters_for(nb, profile).items() >= own.items(), (name, nb.stem)
+
+
+def test_unknown_parameters_are_named():
+    from fp8lab.report import check_overrides, parameters_for
+
+    nb = list_notebooks(["01"])
+    with pytest.raises(SpecError, match=r"Profile.notebooks.01_kv_dtype_auto_vs_fp8.KV_CAHCE_GIB = 2: not a parameter"):
+        parameters_for(nb[0], {"notebooks": {"01_kv_dtype_auto_vs_fp8": {"KV_CAHCE_GIB": 2}}})
+    # shared params may belong to other notebooks; overrides must belong to one of the notebooks run
+    assert "RUN_FIDELITY" not in parameters_for(list_notebooks(["00"])[0], {"params": {"RUN_FIDELITY": True}})
+    check_overrides(list_notebooks(["00", "01"]), {"RUN_FIDELITY": True, "ENGINE_RECORDS": []})
+    with pytest.raises(SpecError, match=r"RunSpec.RUN_FIDELITY = True: not a parameter of 00_kv_memory_estimation; allowed: "):
+        check_overrides(list_notebooks(["00"]), {"RUN_FIDELITY": True})
