@@ -174,6 +174,15 @@ def _resolve_model(path: str, store: Any) -> str | None:
 _RUN_FILES = ("/spec.json", "/engine.json", "/provenance.json", "/config.json")
 
 
+def _run_members(tf: Any) -> list[Any]:
+    """The members of a store archive that a check reads: regular files named like a run's JSON files, at
+    relative paths without ``..`` (nothing lands outside the scratch folder)."""
+    from pathlib import PurePosixPath
+
+    return [m for m in tf.getmembers() if m.isfile() and m.name.endswith(_RUN_FILES)
+            and not PurePosixPath(m.name).is_absolute() and ".." not in PurePosixPath(m.name).parts]
+
+
 def _run_dirs(root: Any, scratch: Any) -> list[Any]:
     """Run folders (holding ``spec.json`` and ``engine.json``) under ``root``: a results store, a study folder,
     one run, a ``.tar.gz`` of a store, or a folder of such archives (``reports/<profile>/records``)."""
@@ -186,8 +195,8 @@ def _run_dirs(root: Any, scratch: Any) -> list[Any]:
     for i, a in enumerate(archives):
         dest = Path(scratch) / f"{i}-{a.name.removesuffix('.tar.gz')}"
         with tarfile.open(a) as tf:  # only the small JSON files a check reads (stores hold links and Parquet)
-            tf.extractall(dest, members=[m for m in tf.getmembers() if m.isfile() and m.name.endswith(_RUN_FILES)],
-                          filter="data")
+            # tarfile's "data" filter exists from Python 3.11.4; _run_members already keeps plain relative files
+            tf.extractall(dest, members=_run_members(tf), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         dirs += [p.parent for p in dest.rglob("engine.json") if (p.parent / "spec.json").exists()]
     return dirs
 

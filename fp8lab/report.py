@@ -303,7 +303,8 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         link = f'<a href="{html.escape(e["html"])}">{html.escape(name)}</a>' if e.get("html") else html.escape(name)
         err = f'<br><small>{html.escape(e["error"] or "")}</small>' if e.get("error") else ""
         where = e.get("ran_on") or {}
-        origin = (f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}, "
+        dirty = " with uncommitted changes" if where.get("fp8lab_dirty") else ""
+        origin = (f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}{dirty}, "
                   f"vLLM {where.get('vllm')}" if where else "provenance in its engines' records")
         kept = f" <small>(kept from {html.escape(e['from'])}: {html.escape(origin)})</small>" if e.get("from") else ""
         rows.append(f"<tr><td>{link}</td><td class='{e['status']}'>{e['status']}{kept}{err}</td>"

@@ -467,6 +467,9 @@ def test_summary_and_index_page_show_the_audit_first(tmp_path):
                                       "ran_on": {"date_utc": "2026-11-28T00:00:00+00:00", "device": "NVIDIA H200",
                                                  "fp8lab_commit": "abc", "vllm": "0.26.0"}},
                              "02_y": {"status": "ok", "html": "02_y.html", "summary": {"b": 2}, "from": "file"},
+                             "03_z": {"status": "ok", "html": "03_z.html", "summary": {"c": 3}, "from": "earlier run",
+                                      "ran_on": {"date_utc": "2026-11-28T01:00:00+00:00", "device": "CPU: x",
+                                                 "fp8lab_commit": "def", "fp8lab_dirty": True, "vllm": "0.32.0"}},
                              "05_claims_audit": {"status": "ok", "html": "05_claims_audit.html", "wall_s": 2.0,
                                                  "summary": values}}}
     page = write_index(tmp_path, summary).read_text()
@@ -477,6 +480,7 @@ def test_summary_and_index_page_show_the_audit_first(tmp_path):
     # each kept notebook says where it ran (the H200 entry is not relabelled with this call's machine)
     assert "(kept from earlier run: 2026-11-28T00:00:00+00:00 on NVIDIA H200, fp8lab abc, vLLM 0.26.0)" in page
     assert "(kept from file: provenance in its engines&#x27; records)" in page
+    assert "on CPU: x, fp8lab def with uncommitted changes, vLLM 0.32.0)" in page
 
 
 def test_a_partial_run_keeps_earlier_notebooks(tmp_path):

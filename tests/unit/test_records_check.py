@@ -99,3 +99,19 @@ def test_summary_and_verdict_carry_the_records():
     assert s["records"]["exact"] == 19
     assert "block count of 19 engines exactly" in capacity.verdict_markdown(s)
     assert "Engines on record" not in capacity.verdict_markdown({**s, "records": None})
+
+
+def test_archives_without_the_tarfile_data_filter(tmp_path, monkeypatch):
+    """Python 3.11 before 3.11.4 has no tarfile "data" filter: only plain, relative run files are unpacked."""
+    import io
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    assert len(capacity.records_check([str(H200 / "03_quality.tar.gz")])) == 4
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tf:
+        for name in ("../outside/r/spec.json", "/abs/r/engine.json", "ok/r/spec.json", "ok/r/records.parquet"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tf.addfile(info, io.BytesIO(b"{}"))
+    with tarfile.open(bad) as tf:
+        assert [m.name for m in capacity._run_members(tf)] == ["ok/r/spec.json"]
