@@ -161,13 +161,10 @@ def _resolve_model(path: str, store: Any) -> str | None:
     if Path(path).exists():
         return path
     parts = Path(path).parts
-    for k in range(1, len(parts)):
-        if (Path(store) / parts[k]).is_dir() and (here := Path(store).joinpath(*parts[k:])).exists():
-            return str(here)
-    if "data" in parts:
-        here = REPO_ROOT.joinpath(*parts[len(parts) - parts[::-1].index("data") - 1:])
-        if here.exists():
-            return str(here)
+    for base in (Path(store), REPO_ROOT):  # the same tail of the path under each base, e.g. 02_calibration/..., data/...
+        for k in range(1, len(parts)):
+            if (base / parts[k]).is_dir() and (here := base.joinpath(*parts[k:])).exists():
+                return str(here)
     return None
 
 
@@ -189,15 +186,18 @@ def _run_dirs(root: Any, scratch: Any) -> list[Any]:
     import tarfile
     from pathlib import Path
 
+    def runs_under(folder: Path) -> list[Path]:
+        return [p.parent for p in folder.rglob("engine.json") if (p.parent / "spec.json").exists()]
+
     root = Path(root)
     archives = [root] if root.is_file() else sorted(root.glob("*.tar.gz"))
-    dirs = [] if root.is_file() else [p.parent for p in root.rglob("engine.json") if (p.parent / "spec.json").exists()]
+    dirs = [] if root.is_file() else runs_under(root)
     for i, a in enumerate(archives):
         dest = Path(scratch) / f"{i}-{a.name.removesuffix('.tar.gz')}"
         with tarfile.open(a) as tf:  # only the small JSON files a check reads (stores hold links and Parquet)
             # tarfile's "data" filter exists from Python 3.11.4; _run_members already keeps plain relative files
             tf.extractall(dest, members=_run_members(tf), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        dirs += [p.parent for p in dest.rglob("engine.json") if (p.parent / "spec.json").exists()]
+        dirs += runs_under(dest)
     return dirs
 
 
@@ -275,18 +275,18 @@ def summarize_records(df: Any, roots: Sequence[str]) -> dict[str, Any]:
     """Key numbers of :func:`records_check`'s table: engines on record, how many gave figures, how many of
     those the formula predicted exactly, the largest |rel_error|, and what they covered (distinct bytes per block,
     that is model shape x kv dtype x block size; model folders)."""
-    ok = df[df.engine_blocks.notna() & df.predicted_blocks.notna()] if len(df) else df
-    rel = ok.rel_error.astype(float).abs() if len(ok) else ok
+    ok = df[df.engine_blocks.notna() & df.predicted_blocks.notna()]
+    rel = ok.rel_error.astype(float).abs()
     return {
         "roots": [str(r) for r in roots],
         "engines": int(len(df)),
         "compared": int(len(ok)),
-        "exact": int((rel == 0).sum()) if len(ok) else 0,
+        "exact": int((rel == 0).sum()),
         "max_abs_rel_error": float(rel.max()) if len(ok) else None,
-        "studies": sorted(df.study.unique().tolist()) if len(df) else [],
-        "devices": sorted(str(d) for d in df.device.dropna().unique()) if len(df) else [],
-        "page_sizes": sorted({int(b) for b in ok.bytes_per_block}) if len(ok) else [],
-        "models": sorted(set(ok.model)) if len(ok) else [],
+        "studies": sorted(df.study.unique().tolist()),
+        "devices": sorted(str(d) for d in df.device.dropna().unique()),
+        "page_sizes": sorted({int(b) for b in ok.bytes_per_block}),
+        "models": sorted(set(ok.model)),
         "not_compared": {f"{r.study}/{r.run}": r.error or r.status for r in df.itertuples()
                          if r.Index not in ok.index},
     }
