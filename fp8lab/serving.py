@@ -782,6 +782,60 @@ def _fmt_ci(r: pd.Series) -> str:
     return f"{r.delta_pct:+.1f}% [{r.lo_pct:+.1f}, {r.hi_pct:+.1f}]"
 
 
+def _tput_point(metric: str) -> str:
+    """``output tok/s @c=8`` -> ``c=8``; ``output tok/s (no stream) @c=8`` -> ``c=8 (no stream)``."""
+    rest = metric.removeprefix("output tok/s").strip()
+    point = rest.rsplit("@", 1)[-1]
+    note = rest.rsplit("@", 1)[0].strip()
+    return f"{point} {note}" if note else point
+
+
+def fidelity_line(fidelity: dict[str, Any] | None) -> str | None:
+    """The verdict's line on :func:`fidelity_check`'s result (None when it did not run or has no ratio)."""
+    if not fidelity or fidelity.get("ratio") is None:
+        return None
+    tol = 100 * fidelity.get("tolerance", 0.03)
+    msg = (f"- **Fidelity.** fp8lab's offline throughput / `vllm bench throughput` = {fidelity['ratio']:.3f} "
+           f"({'within' if fidelity.get('within_tolerance') else 'outside'} {tol:.0f}%")
+    spread = fidelity.get("spread_pct") or {}
+    if spread:
+        msg += "; run to run, " + ", ".join(f"{'vLLM bench' if w == 'bench' else w} varied by {v:.1f}%"
+                                            for w, v in sorted(spread.items()))
+    msg += ")."
+    if fidelity.get("resolvable") is False:
+        off = 100 * abs(fidelity["ratio"] - 1)
+        msg += (f" A tool varied by itself by more than {tol:.0f}%, so runs this short cannot resolve {tol:.0f}% on "
+                "this machine (more requests make longer runs); "
+                + ("the ratio's distance from 1 is within that variation, so it is no verdict on either tool."
+                   if off <= max(spread.values()) else
+                   "the ratio is farther from 1 than either tool's own variation: the tools disagree."))
+    return msg
+
+
+def preemption_line(tp: pd.DataFrame, baseline: str, other: str) -> str | None:
+    """A verdict line on the closed-loop preemptions of ``baseline`` and ``other`` (``tp``: rows of
+    :func:`throughput_table`: ``kv_dtype, concurrency, trial, preemptions``), or None when neither preempted.
+    Where only one dtype preempts, its throughput at that point paid for recomputing preempted requests:
+    the difference there is the other dtype's capacity, not faster decoding."""
+    if tp.empty or "preemptions" not in tp:
+        return None
+    t = tp[tp.kv_dtype.isin([baseline, other])]
+    per = {}
+    for (d, c), g in t.groupby(["kv_dtype", "concurrency"]):
+        counts = g.sort_values("trial").preemptions.fillna(0).astype(int).tolist()
+        if sum(counts):
+            per.setdefault(d, []).append(f"c={c} ({', '.join(map(str, counts))} over {len(counts)} trials)")
+    if not per:
+        return None
+    said = [f"`{d}` preempted at {'; '.join(per[d])}" if d in per else f"`{d}` never preempted"
+            for d in (baseline, other)]
+    msg = "- **Preemptions (closed loop).** " + "; ".join(said) + "."
+    if len(per) == 1:
+        msg += (f" Only `{next(iter(per))}` ran out of KV cache: at those points the other dtype's throughput gain "
+                "is its capacity (no preempted requests recomputed), not faster decoding.")
+    return msg
+
+
 def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, search: pd.DataFrame | None = None,
             roof: dict[str, pd.DataFrame] | None = None, fidelity: dict[str, Any] | None = None) -> str:
     """A short Markdown verdict, every number taken from the tables given (nothing else)."""
@@ -805,8 +859,8 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
         d = deltas[deltas.kv_dtype == b]
         tput = d[d.metric.str.startswith("output tok/s")]
         if len(tput):
-            parts = [f"c={m.split('=')[1]}: {_fmt_ci(r)} ({r.label})" for m, (_, r) in zip(tput.metric, tput.iterrows(),
-                                                                                         strict=True)]
+            parts = [f"{_tput_point(m)}: {_fmt_ci(r)} ({r.label})" for m, (_, r) in zip(tput.metric, tput.iterrows(),
+                                                                                       strict=True)]
             nf = tput.noise_floor_pct.max()
             robust = tput[tput.beyond_noise_floor].metric.tolist()
             lines.append(f"- **Throughput** (output tokens/s, `{b}` vs `{a}`, 95% bootstrap CI over "
@@ -814,6 +868,9 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
                          f". Noise floor (same config against itself, largest trial-to-trial difference): up to {nf:.1f}%. "
                          + (f"Beyond both the CI and the noise floor: {', '.join(robust)}." if robust else
                             "No throughput delta is beyond both its CI and the noise floor."))
+        pre = preemption_line(throughput_table(res), a, b)
+        if pre:
+            lines.append(pre)
         lat = d[d.metric.str.match(r"^(TTFT|TPOT) P(50|99) @c=")]
         if len(lat):
             worse = [f"{m}{'' if r else ' (below the noise floor)'}" for m, r in
@@ -837,10 +894,9 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
                         if eff < 0.2 else "decode is close to memory-bound, where FP8's smaller KV reads pay off")
                      + f"; over the grid the bound allows at most x{top:.2f} ITL from FP8 "
                      "(largest at long contexts and large batches).")
-    if fidelity and fidelity.get("ratio") is not None:
-        lines.append(f"- **Fidelity.** fp8lab's offline throughput / `vllm bench throughput` = {fidelity['ratio']:.3f} "
-                     f"({'within' if fidelity.get('within_tolerance') else 'outside'} "
-                     f"{100 * fidelity.get('tolerance', 0.03):.0f}%).")
+    fid = fidelity_line(fidelity)
+    if fid:
+        lines.append(fid)
     if len(res.failed):
         lines.append("- **Failed engines:** " + "; ".join(f"{r.kv_dtype} trial {r.trial}: {r.status} ({r.error})"
                                                           for r in res.failed.itertuples()))
@@ -935,6 +991,9 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
     if fidelity:
         out["fidelity_ratio"] = fidelity.get("ratio")
         out["fidelity_within_tolerance"] = fidelity.get("within_tolerance")
+        out["fidelity_round_ratios"] = fidelity.get("round_ratios")
+        out["fidelity_spread_pct"] = fidelity.get("spread_pct")
+        out["fidelity_resolvable"] = fidelity.get("resolvable")
     return out
 
 
@@ -1043,56 +1102,95 @@ def run_fp8lab_offline(spec: EngineSpec, input_len: int, output_len: int, num_pr
 def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, *, rounds: int = 2,
                    num_warmups: int = 4, tokenizer: str | None = None, prompt_source: PromptSource = "random",
                    temperature: float = 1.0, tolerance: float = 0.03, work_dir: str | Path | None = None,
-                   progress: bool = True) -> dict[str, Any]:
+                   store: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     """fp8lab's offline throughput vs ``vllm bench throughput`` on the same model, lengths, request count
     and kv dtype (``spec``), measured now, ``rounds`` times in alternating order (bench, fp8lab, fp8lab,
-    bench, ...) so slow drifts of a shared machine cancel. Returns ``rows`` (one per run), ``round_ratios``
-    (fp8lab tokens/s / bench tokens/s of each round, whose two runs ran back to back), ``ratio`` (their
-    median) and ``within_tolerance`` (``|ratio - 1| <= tolerance``).
+    bench, ...) so slow drifts of a shared machine cancel. Returns :func:`fidelity_summary` of the runs (``rows``,
+    one per run; ``ratio``, ``within_tolerance``, each tool's own ``spread_pct`` and ``resolvable``) with the
+    settings.
 
     vLLM's benchmark samples at temperature 1.0 (top-p 1), so fp8lab samples at ``temperature`` = 1.0 too
     (sampling costs more than greedy decoding: about 5-8% of the step for the tiny model on CPU, measured on
     one engine). Remaining difference: its random prompts are re-tokenized text (fp8lab: token ids), a few
     tokens longer or shorter. ``tokenizer`` is needed by the benchmark for a model folder without one (e.g.
     dummy weights: pass the shipped model's).
+
+    ``store``: a folder that keeps each finished run (``<store>/<hash of settings.json>/round<r>-<who>.json``
+    with its provenance, and the run's logs beside it), so that a check cut short (a time limit, a dead
+    kernel) resumes: runs already finished with status ``ok`` are loaded (``cached`` True), the others run.
     """
+    from fp8lab.devices import provenance
+    from fp8lab.specs import spec_hash
+
     check_int("fidelity", "rounds", rounds, 1, 100)
     check_float("fidelity", "tolerance", tolerance, 0.0, 1.0, lo_open=True)
-    wd = Path(work_dir or tempfile.mkdtemp(prefix="fp8lab-fidelity-"))
+    settings = {"engine": spec.to_dict(), "input_len": input_len, "output_len": output_len,
+                "num_prompts": num_prompts, "num_warmups": num_warmups, "tokenizer": tokenizer,
+                "prompt_source": prompt_source, "temperature": temperature}
+    keep = Path(store) / spec_hash(settings) if store is not None else None
+    wd = Path(work_dir) if work_dir else keep or Path(tempfile.mkdtemp(prefix="fp8lab-fidelity-"))
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / "settings.json").write_text(json.dumps(settings, indent=2, sort_keys=True, default=str))
     rows = []
     for r in range(rounds):
         order = ("bench", "fp8lab") if r % 2 == 0 else ("fp8lab", "bench")
         for who in order:
             t = time.perf_counter()
             sub = wd / f"round{r}-{who}"
+            kept = keep / f"round{r}-{who}.json" if keep is not None else None
+            stored = json.loads(kept.read_text()) if kept is not None and kept.is_file() else {}
+            if stored.get("status") == "ok":
+                rows.append({**{k: v for k, v in stored.items() if k != "provenance"}, "cached": True})
+                if progress:
+                    print(f"fidelity round {r} {who}: ok (stored), {rows[-1]['tokens_per_second']:.1f} tok/s", flush=True)
+                continue
             if who == "bench":
                 out = run_vllm_bench(spec, input_len, output_len, num_prompts, num_warmups, tokenizer, sub)
             else:
                 out = run_fp8lab_offline(spec, input_len, output_len, num_prompts, num_warmups, prompt_source,
                                          work_dir=sub, tag=f"fidelity-round{r}", temperature=temperature)
+                (sub / "result.pkl").unlink(missing_ok=True)  # the worker's raw records: the row keeps the figures
             row = {"round": r, "who": who, "status": out["status"], "tokens_per_second": out.get("tokens_per_second"),
                    "elapsed_time": out.get("elapsed_time"), "total_num_tokens": out.get("total_num_tokens"),
                    "num_requests": out.get("num_requests"), "error": out.get("error")}
-            rows.append(row)
+            if kept is not None:  # with where and with what it ran
+                kept.write_text(json.dumps({**row, "provenance": provenance(with_torch=False)}, indent=2, default=str))
+            rows.append({**row, "cached": False})
             if progress:
                 tps = row["tokens_per_second"]
                 print(f"fidelity round {r} {who}: {row['status']}, "
                       f"{'n/a' if tps is None else f'{tps:.1f}'} tok/s ({time.perf_counter() - t:.0f} s)", flush=True)
-    df = pd.DataFrame(rows)
-    ok = df[df.status == "ok"]
-    # each round's two runs ran back to back: the median of the per-round ratios cancels slow drifts
+    out = fidelity_summary(pd.DataFrame(rows), tolerance)
+    out.update({"kv_dtype": spec.kv_cache_dtype, "temperature": temperature, "input_len": input_len,
+                "output_len": output_len, "num_prompts": num_prompts, "rounds": rounds, "work_dir": str(wd)})
+    return out
+
+
+def fidelity_summary(rows: pd.DataFrame, tolerance: float = 0.03) -> dict[str, Any]:
+    """The fidelity check's verdict from its ``rows`` (``round, who, status, tokens_per_second``; ``who`` is
+    ``bench`` or ``fp8lab``): ``round_ratios`` (fp8lab / bench of each round, whose two runs ran back to back),
+    ``ratio`` (their median), ``within_tolerance`` (``|ratio - 1| <= tolerance``), ``spread_pct`` (per tool with
+    two or more runs: its fastest run over its slowest, minus 1, in %) and ``resolvable``: whether the check
+    can tell ``tolerance`` apart at all (both tools' own spread within it; ``None`` with fewer than 2 rounds).
+    A ratio outside the tolerance while a tool disagrees with itself by more is run-to-run variation of
+    runs too short for this machine, not a disagreement between the tools: run more requests."""
+    ok = rows[rows.status == "ok"]
     per_round = ok.pivot_table(index="round", columns="who", values="tokens_per_second")
     ratios = (per_round["fp8lab"] / per_round["bench"]).dropna() if {"fp8lab", "bench"} <= set(per_round) else []
     ratio = float(np.median(ratios)) if len(ratios) else None
+    spread = {str(w): 100.0 * (float(g.max()) / float(g.min()) - 1.0)
+              for w, g in ok.groupby("who").tokens_per_second if len(g) >= 2 and float(g.min()) > 0}
+    resolvable = None if len(spread) < 2 else bool(max(spread.values()) <= 100.0 * tolerance)
     return {"ratio": ratio, "round_ratios": [float(r) for r in ratios],
-            "within_tolerance": ratio is not None and abs(ratio - 1) <= tolerance,
-            "tolerance": tolerance, "kv_dtype": spec.kv_cache_dtype, "temperature": temperature, "input_len": input_len, "output_len": output_len,
-            "num_prompts": num_prompts, "rounds": rounds, "rows": df, "work_dir": str(wd)}
+            "within_tolerance": ratio is not None and abs(ratio - 1) <= tolerance, "tolerance": tolerance,
+            "spread_pct": spread, "resolvable": resolvable, "rows": rows}
 
 
 __all__ = [
     "Arrival", "Metric", "STUDY", "ServingPlan", "ServingResult", "bench_args", "build_phases", "capacity_ladder",
     "capacity_search", "capacity_table", "concurrency_limit", "delta_table", "engine_table", "fidelity_check",
+    "fidelity_line", "fidelity_summary", "preemption_line",
     "headline_metrics", "require_ok",
     "itl_frame", "kv_usage_timeline", "latency_summary", "mean_context", "method_table", "noise_floor_table",
     "open_loop_table",

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     ap.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--work-dir", default=None, help="keep the runs' logs here (default: a temporary folder)")
+    ap.add_argument("--store", default=None,
+                    help="keep every finished run here, so the same command resumes after a cut (per kv dtype)")
     ap.add_argument("--json-out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         res = fidelity_check(spec, args.input_len, args.output_len, args.num_prompts, rounds=args.rounds,
                              num_warmups=args.num_warmups, tokenizer=args.tokenizer,
                              prompt_source=args.prompt_source or "random", temperature=args.temperature,
-                             tolerance=args.tolerance, work_dir=wd)
+                             tolerance=args.tolerance, work_dir=wd, store=args.store)
         rows = res.pop("rows")
         print(rows.drop(columns=["error"]).to_string(index=False))
         for r in rows[rows.status != "ok"].itertuples():
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kv_cache_dtype={dt}: fp8lab / vllm bench throughput = "
               f"{'n/a' if ratio is None else f'{ratio:.4f}'} (rounds: {rounds}; tolerance {args.tolerance:.0%}): "
               f"{'PASS' if res['within_tolerance'] else 'FAIL'}", flush=True)
+        spread = ", ".join(f"{w} {v:.1f}%" for w, v in sorted(res["spread_pct"].items()))
+        if spread:  # each tool against itself: above the tolerance, these runs are too short to resolve it
+            print(f"  run to run: {spread}; resolvable at {args.tolerance:.0%}: {res['resolvable']}", flush=True)
         results.append({**res, "rows": rows.to_dict(orient="records")})
         if ratio is None:
             code = 2

@@ -4,6 +4,7 @@ serving phase (engine starts dominate the cost on CPU)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -114,10 +115,21 @@ def test_fidelity_against_vllm_bench(tiny_model, tmp_path):
     if not _has_tokenizer(tiny_model):
         pytest.skip("vLLM's throughput benchmark needs a tokenizer")
     spec = EngineSpec(model=tiny_model, kv_cache_gib=0.25, max_model_len=512)
-    res = serving.fidelity_check(spec, 256, 64, 32, rounds=1, num_warmups=2, work_dir=tmp_path, progress=False)
+    store = tmp_path / "store"
+    res = serving.fidelity_check(spec, 256, 64, 32, rounds=1, num_warmups=2, store=store, progress=False)
     rows = res["rows"]
     assert (rows.status == "ok").all(), rows.error.tolist()
     assert rows.set_index("who").num_requests.to_dict() == {"bench": 32, "fp8lab": 32}
+    assert not rows.cached.any()
     # One round on a shared 2-core CI machine: a smoke check of the plumbing and of gross disagreement.
     # The 3% criterion is scripts/bench_fidelity.py with several rounds on an otherwise idle machine.
     assert 0.8 < res["ratio"] < 1.25, rows
+    # every finished run is kept with its provenance; the same check again loads them and runs no engine
+    (folder,) = store.iterdir()
+    kept = json.loads((folder / "round0-fp8lab.json").read_text())
+    assert kept["tokens_per_second"] == rows.set_index("who").tokens_per_second["fp8lab"] and kept["provenance"]
+    assert not (folder / "round0-fp8lab" / "result.pkl").exists() and (folder / "round0-bench" / "bench.log").exists()
+    again = serving.fidelity_check(spec, 256, 64, 32, rounds=1, num_warmups=2, store=store, progress=False)
+    assert again["rows"].cached.all() and again["ratio"] == res["ratio"]
+    assert sorted(p.name for p in folder.glob("round0-*")) == ["round0-bench", "round0-bench.json", "round0-fp8lab",
+                                                                "round0-fp8lab.json"]  # nothing ran a second time
