@@ -784,10 +784,8 @@ def _fmt_ci(r: pd.Series) -> str:
 
 def _tput_point(metric: str) -> str:
     """``output tok/s @c=8`` -> ``c=8``; ``output tok/s (no stream) @c=8`` -> ``c=8 (no stream)``."""
-    rest = metric.removeprefix("output tok/s").strip()
-    point = rest.rsplit("@", 1)[-1]
-    note = rest.rsplit("@", 1)[0].strip()
-    return f"{point} {note}" if note else point
+    note, _, point = metric.removeprefix("output tok/s").rpartition("@")
+    return f"{point} {note.strip()}".strip()
 
 
 def fidelity_line(fidelity: dict[str, Any] | None) -> str | None:
@@ -1161,10 +1159,9 @@ def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompt
                 tps = row["tokens_per_second"]
                 print(f"fidelity round {r} {who}: {row['status']}, "
                       f"{'n/a' if tps is None else f'{tps:.1f}'} tok/s ({time.perf_counter() - t:.0f} s)", flush=True)
-    out = fidelity_summary(pd.DataFrame(rows), tolerance)
-    out.update({"kv_dtype": spec.kv_cache_dtype, "temperature": temperature, "input_len": input_len,
-                "output_len": output_len, "num_prompts": num_prompts, "rounds": rounds, "work_dir": str(wd)})
-    return out
+    return {**fidelity_summary(pd.DataFrame(rows), tolerance), "kv_dtype": spec.kv_cache_dtype,
+            "temperature": temperature, "input_len": input_len, "output_len": output_len, "num_prompts": num_prompts,
+            "rounds": rounds, "work_dir": str(wd)}
 
 
 def fidelity_summary(rows: pd.DataFrame, tolerance: float = 0.03) -> dict[str, Any]:

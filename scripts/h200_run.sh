@@ -5,7 +5,7 @@
 #   FP8LAB_COMMIT=<sha> FP8LAB_ARGS="-p RUN_FIDELITY True" FP8LAB_TAG=01-fidelity bash scripts/h200_run.sh 01
 #   FP8LAB_COMMIT=<sha> FP8LAB_PROFILE=h200-shipped bash scripts/h200_run.sh 01   (another profile; default h200)
 # FP8LAB_SEED_RECORDS=1 first unpacks the committed stores ($FP8LAB_SEED_DIR/*.tar.gz; default reports/h200/records,
-# reports/h200/shipped/records for h200-shipped, reports/<profile>/records for any other profile) into $FP8LAB_RUNS,
+# reports/h200/<X>/records for profile h200-<X>, reports/<profile>/records for any other) into $FP8LAB_RUNS,
 # so engines an earlier session finished (same spec, same phases, same repo path) are loaded, not re-run.
 # FP8LAB_BUDGET_S (default 540) bounds the notebooks' run so the packing below still happens inside one
 # `run` call's 600 s; a notebook cut short leaves its finished engine runs in $FP8LAB_RUNS, and the same
@@ -24,7 +24,7 @@ tag=${FP8LAB_TAG:-$(IFS=-; echo "$*")}
 out=/tmp/h200report/$tag
 mkdir -p "$out" "$FP8LAB_RUNS"
 if [ "${FP8LAB_SEED_RECORDS:-0}" = 1 ]; then
-  case $profile in h200-shipped) seed=reports/h200/shipped/records ;; *) seed=reports/$profile/records ;; esac
+  case $profile in h200-*) seed=reports/h200/${profile#h200-}/records ;; *) seed=reports/$profile/records ;; esac
   for t in "${FP8LAB_SEED_DIR:-$seed}"/*.tar.gz; do [ -e "$t" ] && tar xzf "$t" -C "$FP8LAB_RUNS"; done
   ls "$FP8LAB_RUNS"
 fi
