@@ -839,6 +839,7 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
     """A short Markdown verdict, every number taken from the tables given (nothing else)."""
     a = res.plan.baseline
     lines = []
+    tp = throughput_table(res)  # closed-loop phases of every engine, for the preemption line of each dtype
     for b in res.plan.kv_dtypes[1:]:
         cap = capacity.set_index("kv_dtype")
         if b in cap.index and a in cap.index and cap.loc[b].get("status") == "ok":
@@ -866,7 +867,7 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
                          f". Noise floor (same config against itself, largest trial-to-trial difference): up to {nf:.1f}%. "
                          + (f"Beyond both the CI and the noise floor: {', '.join(robust)}." if robust else
                             "No throughput delta is beyond both its CI and the noise floor."))
-        pre = preemption_line(throughput_table(res), a, b)
+        pre = preemption_line(tp, a, b)
         if pre:
             lines.append(pre)
         lat = d[d.metric.str.match(r"^(TTFT|TPOT) P(50|99) @c=")]

@@ -60,7 +60,7 @@ def test_fidelity_summary_when_it_can_tell():
 
 def test_preemption_line_on_the_shipped_model_records(tmp_path):
     with tarfile.open(SHIPPED) as t:
-        t.extractall(tmp_path, filter="data") if hasattr(tarfile, "data_filter") else t.extractall(tmp_path)
+        t.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     ph = results.phase_table("01_kv_dtype_auto_vs_fp8", tmp_path)
     closed = ph[ph.phase.str.match(r"^closed-c\d+$")].copy()
     tp = pd.DataFrame({"kv_dtype": closed.kv_cache_dtype, "trial": closed.tag.str.removeprefix("trial").astype(int),
