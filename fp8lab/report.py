@@ -70,8 +70,9 @@ def load_profile(name: str, path: Path = PROFILES_FILE) -> dict[str, Any]:
 
 
 def list_notebooks(names: Sequence[str] | None = None, nb_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
-    """Notebooks to run: all ``NN_*.ipynb`` in order, or the named ones (by stem, file name or path)."""
-    available = sorted(nb_dir.glob("[0-9][0-9]_*.ipynb"))
+    """Notebooks to run: all ``NN_*.ipynb`` in order, the claims audit last (it reads the others' summaries),
+    or the named ones (by stem, file name or path)."""
+    available = sorted(nb_dir.glob("[0-9][0-9]_*.ipynb"), key=lambda p: (p.stem.endswith("claims_audit"), p.name))
     if not names:
         return available
     out = []

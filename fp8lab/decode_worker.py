@@ -1,0 +1,186 @@
+"""Inside the decode study's spawned worker: build one engine per KV dtype, time decode steps, append rows.
+
+Only :mod:`fp8lab.decode` starts this, in a fresh ``spawn`` process whose stdout/stderr go to the run's
+worker log. With ``concurrent`` engines (the default) every KV dtype's engine is alive at once and the
+dtypes alternate within each repetition (AB, BA, AB, ...), so drift in the machine hits both alike; with
+``concurrent=False`` (models too large for two engines on one device set) they run one after the other.
+
+How a step time is taken from one generation (vllm-notes section 1): a batch of ``B`` prompts of ``L``
+tokens is sent at once; the last prompt is prefilled last (first come, first served), and its
+``(last_token_ts - first_token_ts) / (n - 1)`` spans ``n - 1`` decode steps in which all ``B`` sequences
+decode and no prefill runs, because every other request asks for ``margin`` more tokens than the prefill
+took steps. ``full_batch`` records that the others were indeed still decoding when it ended. The
+timestamps are the engine core's own, per scheduler step, so no client jitter enters.
+
+Each measurement is appended to ``rows.jsonl`` (flushed and synced) as soon as it is taken: a worker that
+dies keeps everything it measured, and a rerun skips what is there.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+_BACKEND_RE = re.compile(r"Using (\w+) (?:attention )?backend")
+
+
+def _append(path: Path, row: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _prompts(vocab: int, batch: int, context: int, seed: int) -> list[list[int]]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [rng.integers(10, vocab - 10, size=context).tolist() for _ in range(batch)]
+
+
+def _measure(llm: Any, prompts: list[list[int]], n: int, margin: int) -> dict[str, Any]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    def sp(k: int) -> Any:
+        return SamplingParams(max_tokens=k, ignore_eos=True, temperature=0.0, detokenize=False)
+
+    params = [sp(n + margin)] * (len(prompts) - 1) + [sp(n)]
+    t0 = time.perf_counter()
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+    wall = time.perf_counter() - t0
+    last = outs[-1]
+    m = last.metrics
+    k = len(last.outputs[0].token_ids)
+    others_end = [o.metrics.last_token_ts for o in outs[:-1]]
+    firsts = [o.metrics.first_token_ts for o in outs]
+    return {
+        "step_s": (m.last_token_ts - m.first_token_ts) / (k - 1),
+        "ttft_s": float(m.first_token_latency),
+        "wall_s": wall,
+        "tokens": k,
+        "prefill_spread_s": max(firsts) - min(firsts),
+        "full_batch": bool(all(t >= m.last_token_ts for t in others_end)),
+    }
+
+
+def _start(spec: dict[str, Any], log_path: Path) -> tuple[Any, dict[str, Any]]:
+    from fp8lab import devices
+    from fp8lab.engine_worker import _engine_kwargs
+
+    before = log_path.stat().st_size if log_path.exists() else 0
+    facts: dict[str, Any] = {"kv_cache_dtype_requested": spec["kv_cache_dtype"]}
+    t0 = time.perf_counter()
+    from vllm import LLM
+
+    llm = LLM(**_engine_kwargs(spec))
+    facts["engine_start_s"] = time.perf_counter() - t0
+    vcfg = llm.llm_engine.vllm_config
+    cc = vcfg.cache_config
+    facts.update(num_blocks=int(cc.num_gpu_blocks or 0), block_size=int(cc.block_size),
+                 kv_cache_dtype=str(cc.cache_dtype), max_model_len=int(vcfg.model_config.max_model_len),
+                 max_num_seqs=int(vcfg.scheduler_config.max_num_seqs),
+                 max_num_batched_tokens=int(vcfg.scheduler_config.max_num_batched_tokens),
+                 cuda_graphs=not bool(vcfg.model_config.enforce_eager))
+    facts["kv_capacity_tokens"] = facts["num_blocks"] * facts["block_size"]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    text = log_path.read_text(errors="replace")[before:] if log_path.exists() else ""
+    facts["attention_backend"] = sorted(set(_BACKEND_RE.findall(text))) or None
+    probe = devices.MemoryProbe(tensor_parallel_size=spec["tensor_parallel_size"])
+    facts["mem_kind"] = probe.kind
+    facts["mem_per_device_after_start_bytes"] = probe.per_device_used()
+    facts["mem_after_start_bytes"] = probe.used_bytes()
+    return llm, facts
+
+
+def _stop(llm: Any) -> None:
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:
+        pass
+    del llm
+    gc.collect()
+
+
+def worker_main(specs: list[dict[str, Any]], plan: dict[str, Any], out_dir: str, log_path: str) -> None:
+    """Run the plan's points on one engine per spec. Never raises: failures land in ``engines.json``."""
+    from fp8lab import devices
+
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()  # the caller kills the whole tree (engine cores, workers) by process group
+    out, log = Path(out_dir), Path(log_path)
+    rows_path, eng_path = out / "rows.jsonl", out / "engines.json"
+    engines: dict[str, Any] = {"provenance": devices.provenance(seed=plan["seed"]), "engines": {}}
+
+    def save() -> None:
+        tmp = eng_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(engines, indent=2, default=str))
+        os.replace(tmp, eng_path)
+
+    save()
+    done = {tuple(k) for k in plan.get("done", [])}  # (batch, context_len, rep, kv_dtype) already stored
+    dtypes = [s["kv_cache_dtype"] for s in specs]
+    keys = [(b, c, rep) for b, c in plan["points"] for rep in range(plan["reps"])]
+    specs = [s for s in specs if any((*k, s["kv_cache_dtype"]) not in done for k in keys)]
+    sets = [specs] if plan["concurrent"] else [[s] for s in specs]
+    for group in sets:
+        live: dict[str, Any] = {}
+        for s in group:
+            d = s["kv_cache_dtype"]
+            try:
+                llm, facts = _start(s, log)
+                live[d] = llm
+                engines["engines"][d] = {"status": "ok", "error": None, **facts}
+            except BaseException as exc:  # noqa: BLE001 - a failed start is a record, the rest goes on
+                print(traceback.format_exc(), file=sys.stderr, flush=True)
+                engines["engines"][d] = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+            save()
+        if not live:
+            continue
+        try:
+            # warm-up, discarded: the first generations of an engine pay one-off costs
+            b0, c0 = plan["points"][0]
+            for d, llm in live.items():
+                for _ in range(plan["warmup"]):
+                    _measure(llm, _prompts(plan["vocab"], b0, c0, plan["seed"] + 999), plan["decode_tokens"], plan["margins"][0])
+            for (b, c), margin in zip(plan["points"], plan["margins"], strict=True):
+                for rep in range(plan["reps"]):
+                    order = [d for d in (dtypes if rep % 2 == 0 else dtypes[::-1]) if d in live and (b, c, rep, d) not in done]
+                    if not order:
+                        continue
+                    prompts = _prompts(plan["vocab"], b, c, plan["seed"] + 7919 * rep + 31 * b + c)
+                    for slot, d in enumerate(order):
+                        r = _measure(live[d], prompts, plan["decode_tokens"], margin)
+                        _append(rows_path, {"batch": b, "context_len": c, "rep": rep, "kv_dtype": d, "slot": slot,
+                                            "margin": margin, "t_wall": time.time(), **r})
+        except BaseException as exc:  # noqa: BLE001
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+            for d in live:
+                engines["engines"][d].update(status="error", error=f"during measurement: {type(exc).__name__}: {exc}")
+            save()
+        finally:
+            for llm in live.values():
+                _stop(llm)
+            live.clear()
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def entry(log_path: str, env: dict[str, str], specs: list[dict[str, Any]], plan: dict[str, Any], out_dir: str) -> None:
+    """Spawn target: this process's (and its children's) stdout/stderr go to ``log_path``; ``env`` is set
+    before vLLM is imported (``CUDA_VISIBLE_DEVICES`` of this worker's GPUs)."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the spec's kv_cache_gib is the one budget
+    os.environ.update({k: str(v) for k, v in env.items()})
+    worker_main(specs, plan, out_dir, log_path)

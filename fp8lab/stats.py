@@ -1,0 +1,179 @@
+"""Statistics for paired A/B measurements with few repetitions (pure numpy/scipy: no vLLM, no torch).
+
+Conventions, one per question:
+
+- **An effect of B against A** measured in ``n`` paired repetitions (same prompts, same engine pair,
+  interleaved in time) is the geometric mean of the per-pair ratios ``b_i / a_i``, with a Student-t
+  interval on the log ratios (``n - 1`` degrees of freedom): valid for small ``n``, unlike a bootstrap of
+  three pairs, which can only return their min and max. :func:`paired_ratio`.
+- **Noise floor**: the same configuration against itself. :func:`self_noise` is the median absolute
+  relative difference between consecutive repetitions of one configuration: a robust statistic, so one
+  outlier does not set it (a maximum would).
+- **Linear fits** ``y = a + b x`` by ordinary least squares with t intervals on ``a`` and ``b``
+  (``n - 2`` degrees of freedom). :func:`ols`.
+- **Where two lines cross** (``x* = -da / db`` for the fitted difference of two configurations): a ratio
+  of two estimates, so its interval is Fieller's (Fieller, "Some problems in interval estimation",
+  JRSS B 16, 1954), which can be one-sided or unbounded when the slope difference is not resolved.
+  :func:`fieller_root`.
+- **The smallest effect a run could detect**: the half-width of its 95% interval (an effect smaller than
+  that is indistinguishable from none). :func:`detectable_pct`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+
+def t_quantile(df: int, ci: float = 0.95) -> float:
+    """Two-sided Student-t quantile ``t_{(1+ci)/2, df}`` (``inf`` for ``df < 1``)."""
+    if df < 1:
+        return math.inf
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + ci / 2.0, df))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its ``ci`` interval over ``n`` values (``lo``/``hi`` NaN when ``n < 2``)."""
+
+    estimate: float
+    lo: float
+    hi: float
+    n: int
+    ci: float = 0.95
+
+    def contains(self, value: float) -> bool:
+        return bool(np.isfinite(self.lo) and np.isfinite(self.hi) and self.lo <= value <= self.hi)
+
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def t_interval(values: Sequence[float], ci: float = 0.95) -> Interval:
+    """Mean of the finite ``values`` with its Student-t interval (``n - 1`` df)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, ci)
+    m = float(x.mean())
+    if n < 2:
+        return Interval(m, math.nan, math.nan, n, ci)
+    h = t_quantile(n - 1, ci) * float(x.std(ddof=1)) / math.sqrt(n)
+    return Interval(m, m - h, m + h, n, ci)
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float], ci: float = 0.95) -> Interval:
+    """Geometric-mean ratio ``b / a`` over paired repetitions, with a t interval on ``log(b_i / a_i)``.
+
+    >>> round(paired_ratio([10, 10], [9, 9]).estimate, 6)
+    0.9
+    """
+    a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a_.shape != b_.shape:
+        raise ValueError(f"paired_ratio: {a_.size} values of A and {b_.size} of B; pairs need equal counts")
+    ok = np.isfinite(a_) & np.isfinite(b_) & (a_ > 0) & (b_ > 0)
+    li = t_interval(np.log(b_[ok] / a_[ok]), ci)
+    return Interval(math.exp(li.estimate) if li.n else math.nan, math.exp(li.lo) if li.n > 1 else math.nan,
+                    math.exp(li.hi) if li.n > 1 else math.nan, li.n, ci)
+
+
+def self_noise(values: Sequence[float]) -> float:
+    """Percent: the median of ``|x_{i+1} / x_i - 1|`` over consecutive repetitions of one configuration
+    (NaN for fewer than two finite values)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size < 2:
+        return math.nan
+    return float(100.0 * np.median(np.abs(x[1:] / x[:-1] - 1.0)))
+
+
+def detectable_pct(ratio: Interval) -> float:
+    """Percent: the half-width of a ratio's interval, the smallest relative change it resolves."""
+    return float(100.0 * ratio.half_width()) if np.isfinite(ratio.lo) else math.nan
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """``y = a + b x`` by least squares over ``n`` points: coefficients, their covariance and t intervals."""
+
+    a: float
+    b: float
+    var_a: float
+    var_b: float
+    cov_ab: float
+    n: int
+    ci: float = 0.95
+
+    @property
+    def df(self) -> int:
+        return self.n - 2
+
+    def interval(self, which: str) -> tuple[float, float]:
+        est, var = (self.a, self.var_a) if which == "a" else (self.b, self.var_b)
+        h = t_quantile(self.df, self.ci) * math.sqrt(var) if self.df >= 1 else math.inf
+        return est - h, est + h
+
+    def predict(self, x: float) -> float:
+        return self.a + self.b * x
+
+
+def ols(x: Sequence[float], y: Sequence[float], ci: float = 0.95) -> LinearFit:
+    """Ordinary least squares of ``y`` on ``x`` with an intercept; at least two distinct ``x``."""
+    x_, y_ = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    ok = np.isfinite(x_) & np.isfinite(y_)
+    x_, y_ = x_[ok], y_[ok]
+    n = int(x_.size)
+    if n < 2 or np.unique(x_).size < 2:
+        raise ValueError(f"ols: {n} points with {np.unique(x_).size} distinct x; need two distinct x at least")
+    X = np.column_stack([np.ones(n), x_])
+    coef, *_ = np.linalg.lstsq(X, y_, rcond=None)
+    resid = y_ - X @ coef
+    s2 = float(resid @ resid / (n - 2)) if n > 2 else math.nan
+    cov = s2 * np.linalg.inv(X.T @ X) if n > 2 else np.full((2, 2), math.nan)
+    return LinearFit(float(coef[0]), float(coef[1]), float(cov[0, 0]), float(cov[1, 1]), float(cov[0, 1]), n, ci)
+
+
+@dataclass(frozen=True)
+class Root:
+    """Where a fitted line ``a + b x`` crosses zero: ``x = -a / b`` and its Fieller interval.
+
+    ``lo``/``hi`` are ``-inf``/``inf`` where the interval is one-sided, and both NaN where it is the whole
+    line or two disjoint rays (the slope is not resolved: no finite statement about the root)."""
+
+    x: float
+    lo: float
+    hi: float
+    bounded: bool
+
+
+def fieller_root(fit: LinearFit) -> Root:
+    """Fieller's interval for ``x* = -a / b``: the ``x`` where ``(a + b x)^2 <= t^2 var(a + b x)``."""
+    a, b = fit.a, fit.b
+    x = -a / b if b != 0 else math.nan
+    t2 = t_quantile(fit.df, fit.ci) ** 2 if fit.df >= 1 else math.inf
+    # (b^2 - t2 vb) x^2 + 2 (a b - t2 cab) x + (a^2 - t2 va) <= 0
+    qa = b * b - t2 * fit.var_b
+    qb = 2.0 * (a * b - t2 * fit.cov_ab)
+    qc = a * a - t2 * fit.var_a
+    if not all(map(math.isfinite, (qa, qb, qc))):
+        return Root(x, math.nan, math.nan, False)
+    disc = qb * qb - 4.0 * qa * qc
+    if qa > 0 and disc >= 0:  # the slope is resolved: a bounded interval between the roots
+        r = math.sqrt(disc)
+        lo, hi = sorted(((-qb - r) / (2 * qa), (-qb + r) / (2 * qa)))
+        return Root(x, lo, hi, True)
+    return Root(x, math.nan, math.nan, False)
+
+
+__all__ = ["Interval", "LinearFit", "Root", "detectable_pct", "fieller_root", "ols", "paired_ratio", "self_noise",
+           "t_interval", "t_quantile"]
