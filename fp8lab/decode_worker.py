@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-_BACKEND_RE = re.compile(r"Using (\w+) (?:attention )?backend")
+_BACKEND_RE = re.compile(r"Using ([\w.]+) (?:attention )?backend")
 
 
 def _append(path: Path, row: dict[str, Any]) -> None:
