@@ -64,7 +64,8 @@ class DecodeSpec:
     engine in GiB (``None``: vLLM sizes it); ``max_prefill_tokens``: points with ``batch x context`` above
     it are not measured (prefill would dominate the run's time); ``concurrent_engines``: keep every dtype's
     engine alive at once and interleave them (needs memory for two engines); ``gpu_groups``: GPU index
-    lists, one worker each, the grid's batches shared among them (``None``: one worker, devices as visible).
+    lists, one worker each, the grid's batches shared among them (``None``: one worker, devices as visible);
+    ``engine_args``: further ``vllm.LLM`` keyword arguments, as given (e.g. ``disable_custom_all_reduce``).
     """
 
     model: str
@@ -90,6 +91,7 @@ class DecodeSpec:
     seed: int = 0
     timeout_s: float = 3600.0
     env: dict[str, str] = field(default_factory=dict)
+    engine_args: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -122,6 +124,8 @@ class DecodeSpec:
                 for i in g:
                     check_int("DecodeSpec", "gpu_groups", i, 0, 63)
             object.__setattr__(self, "gpu_groups", tuple(tuple(int(i) for i in g) for g in groups))
+        if not isinstance(self.engine_args, dict) or not all(isinstance(k, str) for k in self.engine_args):
+            raise SpecError("DecodeSpec", "engine_args", self.engine_args, "a dict of vllm.LLM keyword arguments")
         for d in self.kv_dtypes:  # the engine fields are checked by EngineSpec itself, once per dtype
             self.engine_spec(d)
 
@@ -257,7 +261,8 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpu_groups[i]))
         p = {"points": pts, "margins": [margin(spec, b, c) for b, c in pts], "reps": spec.reps,
              "decode_tokens": spec.decode_tokens, "warmup": spec.warmup, "seed": spec.seed,
-             "vocab": int(lay.config["vocab_size"]), "concurrent": spec.concurrent_engines, "done": done}
+             "vocab": int(lay.config["vocab_size"]), "concurrent": spec.concurrent_engines, "done": done,
+             "engine_args": spec.engine_args}
         proc = ctx.Process(target=decode_worker.entry, name=f"fp8lab-decode-g{i}",
                            args=(str(gdir / "worker.log"), env, engine_specs, p, str(gdir)))
         proc.start()

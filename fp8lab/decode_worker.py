@@ -71,7 +71,7 @@ def _measure(llm: Any, prompts: list[list[int]], n: int, margin: int) -> dict[st
     }
 
 
-def _start(spec: dict[str, Any], log_path: Path) -> tuple[Any, dict[str, Any]]:
+def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     from fp8lab import devices
     from fp8lab.engine_worker import _engine_kwargs
 
@@ -80,7 +80,7 @@ def _start(spec: dict[str, Any], log_path: Path) -> tuple[Any, dict[str, Any]]:
     t0 = time.perf_counter()
     from vllm import LLM
 
-    llm = LLM(**_engine_kwargs(spec))
+    llm = LLM(**{**_engine_kwargs(spec), **extra})
     facts["engine_start_s"] = time.perf_counter() - t0
     vcfg = llm.llm_engine.vllm_config
     cc = vcfg.cache_config
@@ -136,7 +136,7 @@ def worker_main(specs: list[dict[str, Any]], plan: dict[str, Any], out_dir: str,
         for s in group:
             d = s["kv_cache_dtype"]
             try:
-                llm, facts = _start(s, log)
+                llm, facts = _start(s, log, plan.get("engine_args") or {})
                 live[d] = llm
                 engines["engines"][d] = {"status": "ok", "error": None, **facts}
             except BaseException as exc:  # noqa: BLE001 - a failed start is a record, the rest goes on
