@@ -30,8 +30,18 @@ from typing import Any
 
 from fp8lab import kvmath, stats
 from fp8lab.paths import runs_dir
-from fp8lab.specs import (BLOCK_SIZES, EngineSpec, KVDtype, LoadFormat, SpecError, check_bool, check_choice,
-                          check_float, check_int, spec_hash)
+from fp8lab.specs import (
+    BLOCK_SIZES,
+    EngineSpec,
+    KVDtype,
+    LoadFormat,
+    SpecError,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    spec_hash,
+)
 
 STUDY = "06_decode"
 PROTOCOL = 1  # bump when the measurement changes, so stored runs of the old protocol are not reused

@@ -148,7 +148,7 @@ def worker_main(specs: list[dict[str, Any]], plan: dict[str, Any], out_dir: str,
         try:
             # warm-up, discarded: the first generations of an engine pay one-off costs
             b0, c0 = plan["points"][0]
-            for d, llm in live.items():
+            for llm in live.values():
                 for _ in range(plan["warmup"]):
                     _measure(llm, _prompts(plan["vocab"], b0, c0, plan["seed"] + 999), plan["decode_tokens"], plan["margins"][0])
             for (b, c), margin in zip(plan["points"], plan["margins"], strict=True):
