@@ -450,7 +450,8 @@ def crossover_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> A
     """Per batch: the context where ``other`` becomes faster than ``base``, from the line fitted to the
     paired difference of mean steps (other - base, ms) against context; Fieller's 95% interval.
 
-    ``status``: ``none`` when the fitted difference does not fall with context (no crossover ahead),
+    ``status``: ``none`` when the fitted difference does not fall with context (no context from which other
+    becomes faster, whatever its sign at the grid's ends: ``diff_at_min_ms``, ``diff_at_max_ms``),
     ``below_grid`` when it crosses before the smallest measured context (other is faster throughout),
     ``above_grid`` past the largest (an extrapolation), else ``in_grid``."""
     import pandas as pd
@@ -465,14 +466,15 @@ def crossover_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> A
         f = stats.ols(g.context_len, g[f"{other}_step_ms"] - g[f"{base}_step_ms"])
         root = stats.fieller_root(f)
         lo_ctx, hi_ctx = float(g.context_len.min()), float(g.context_len.max())
-        if f.b >= 0:
-            status, x = ("below_grid" if f.predict(lo_ctx) < 0 else "none"), None
+        if f.b >= 0:  # other's slope is the larger: it never becomes faster as the context grows
+            status, x = "none", None
         else:
             x = root.x
             status = "below_grid" if x < lo_ctx else "above_grid" if x > hi_ctx else "in_grid"
         rows.append({"batch": b, "context_len": x, "ci_low": root.lo if root.bounded and x is not None else None,
                      "ci_high": root.hi if root.bounded and x is not None else None, "status": status,
-                     "diff_at_min_ms": f.predict(lo_ctx), "diff_slope_ms_per_ktoken": f.b * 1e3, "n_points": f.n})
+                     "diff_at_min_ms": f.predict(lo_ctx), "diff_at_max_ms": f.predict(hi_ctx),
+                     "diff_slope_ms_per_ktoken": f.b * 1e3, "n_points": f.n})
     return pd.DataFrame(rows)
 
 
@@ -588,6 +590,12 @@ def verdict(s: dict[str, Any]) -> list[str]:
                        + (" (past the grid: an extrapolation)" if c["status"] == "above_grid" else "") + ".")
         elif c["status"] == "below_grid":
             out.append(f"Batch {c['batch']}: fp8 is faster at every measured context by the fit.")
+        elif c["diff_at_max_ms"] < 0:
+            out.append(f"Batch {c['batch']}: fp8 is faster at every measured context by the fit, but its advantage "
+                       "does not grow with context: no crossover.")
+        elif c["diff_at_min_ms"] < 0:
+            out.append(f"Batch {c['batch']}: fp8 is faster at the shortest contexts only: the fitted fp8-auto difference "
+                       "grows with context and turns positive within the grid, so no crossover.")
         else:
             out.append(f"Batch {c['batch']}: the fitted fp8-auto difference does not fall with context: no crossover.")
     if s["roofline"]:

@@ -304,3 +304,32 @@ def test_capacity_table_against_the_formula(tmp_path):
     off = _run(tmp_path, {1: (_auto, _auto)}, engines={"auto": _engine(682), "fp8": _engine(1364)})
     assert _summary(off)["capacity_exact"] is False
     assert "KV blocks differ from the formula" in " ".join(decode.verdict(_summary(off)))
+
+
+def test_no_crossover_when_fp8_is_faster_only_at_short_contexts(tmp_path):
+    # fp8's slope is the larger: the difference -0.1 + 0.0001 c is negative below ~1,000 tokens and positive above.
+    # fp8 never *becomes* faster as the context grows, and it is not faster at every measured context either.
+    def fp8(c):
+        return _auto(c) - 0.1 + 0.0001 * c
+
+    run = _run(tmp_path, {1: (_auto, fp8)})
+    c = _cross(run)
+    assert c["status"] == "none" and c["context_len"] is None and c["ci_low"] is None and c["ci_high"] is None
+    slope, icpt, *_ = _diff_fit(lambda x: fp8(x) - _auto(x))
+    assert c["diff_at_min_ms"] == pytest.approx(icpt + slope * min(CTX)) and c["diff_at_min_ms"] < 0
+    assert c["diff_at_max_ms"] == pytest.approx(icpt + slope * max(CTX)) and c["diff_at_max_ms"] > 0
+    line = next(v for v in decode.verdict(_summary(run)) if v.startswith("Batch 1"))
+    assert "every measured context" not in line and "shortest contexts" in line and "no crossover" in line
+
+
+def test_no_crossover_when_fp8_is_faster_everywhere_but_its_slope_larger(tmp_path):
+    # the difference -0.5 + 0.0001 c: fp8 faster over the whole grid, its advantage shrinking with context
+    def fp8(c):
+        return _auto(c) - 0.5 + 0.0001 * c
+
+    run = _run(tmp_path, {1: (_auto, fp8)})
+    c = _cross(run)
+    assert c["status"] == "none" and c["context_len"] is None
+    assert c["diff_at_min_ms"] < c["diff_at_max_ms"] < 0
+    line = next(v for v in decode.verdict(_summary(run)) if v.startswith("Batch 1"))
+    assert "fp8 is faster at every measured context by the fit, but" in line and "no crossover" in line
