@@ -526,6 +526,12 @@ def capacity_table(run: DecodeRun) -> Any:
     return pd.DataFrame(rows)
 
 
+def _records(table: Any) -> list[dict[str, Any]]:
+    """A table's rows as dicts, a missing value (NaN: pandas' form of a None among numbers) as ``None``."""
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+            for r in table.to_dict("records")] if table is not None and not table.empty else []
+
+
 def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any]:
     """The study's key numbers (the contract the audit reads; see the module docstring)."""
     pts, fits, cross = point_table(run), fit_table(run), crossover_table(run)
@@ -543,11 +549,11 @@ def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any
         "concurrent_engines": spec["concurrent_engines"], "n_reps": spec["reps"],
         "decode_tokens": spec["decode_tokens"], "complete": run.complete,
         "engines_ok": ok, "engine_errors": {d: e.get("error") for d, e in run.engines.items() if e.get("status") != "ok"},
-        "points": pts.to_dict("records") if not pts.empty else [],
-        "fits": fits.to_dict("records") if not fits.empty else [],
-        "crossovers": cross.to_dict("records") if not cross.empty else [],
-        "roofline": roof[["kv_dtype", "batch", "context_len", "fraction"]].to_dict("records") if roof is not None and not roof.empty else [],
-        "capacity": cap.to_dict("records") if not cap.empty else [],
+        "points": _records(pts),
+        "fits": _records(fits),
+        "crossovers": _records(cross),
+        "roofline": _records(roof[["kv_dtype", "batch", "context_len", "fraction"]] if roof is not None and not roof.empty else None),
+        "capacity": _records(cap),
         "capacity_exact": bool(len(cap)) and bool(cap.exact.all()),
         "min_detectable_pct": float(sorted(hw)[len(hw) // 2]) if len(hw) else None,
         "max_ci_half_width_pct": float(max(hw)) if len(hw) else None,

@@ -7,6 +7,7 @@ fp8lab.stats."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 
@@ -333,3 +334,24 @@ def test_no_crossover_when_fp8_is_faster_everywhere_but_its_slope_larger(tmp_pat
     assert c["diff_at_min_ms"] < c["diff_at_max_ms"] < 0
     line = next(v for v in decode.verdict(_summary(run)) if v.startswith("Batch 1"))
     assert "fp8 is faster at every measured context by the fit, but" in line and "no crossover" in line
+
+
+def test_summary_is_valid_json_when_crossovers_mix_statuses(tmp_path):
+    # one batch per kind of crossover row: in the grid with an interval, none, and unresolved (no interval).
+    # A table mixing None and numbers in a column turns the None into NaN, which is not JSON.
+    noisy = (0.04, -0.04, -0.04, 0.04, -0.04)
+    rows = (
+        _rows(1, _auto, lambda c: 1.5 + 0.001 * c)
+        + _rows(4, _auto, lambda c: _auto(c) + 0.1 + 0.0002 * c)
+        + _rows(8, _auto, lambda c: _auto(c) + 0.05 - 0.00005 * c, noisy)
+    )
+    run = _run(tmp_path, rows=rows)
+    s = _summary(run)
+    text = json.dumps(s, allow_nan=False)  # raises on NaN or inf
+    cross = {c["batch"]: c for c in json.loads(text)["crossovers"]}
+    assert cross[1]["status"] == "in_grid" and cross[1]["ci_low"] < 500 < cross[1]["ci_high"]
+    assert cross[4]["status"] == "none" and cross[4]["context_len"] is None and cross[4]["ci_low"] is None
+    assert cross[8]["context_len"] > 0 and cross[8]["ci_low"] is None and cross[8]["ci_high"] is None
+    lines = decode.verdict(s)
+    assert not any("nan" in v.lower() for v in lines)
+    assert any(v.startswith("Batch 8") and "(interval unbounded)" in v for v in lines)
