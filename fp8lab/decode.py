@@ -534,6 +534,8 @@ def _records(table: Any) -> list[dict[str, Any]]:
 
 def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any]:
     """The study's key numbers (the contract the audit reads; see the module docstring)."""
+    import numpy as np
+
     pts, fits, cross = point_table(run), fit_table(run), crossover_table(run)
     roof = roofline_table(run, bandwidth_gbs) if bandwidth_gbs else None
     cap = capacity_table(run)
@@ -555,7 +557,7 @@ def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any
         "roofline": _records(roof[["kv_dtype", "batch", "context_len", "fraction"]] if roof is not None and not roof.empty else None),
         "capacity": _records(cap),
         "capacity_exact": bool(len(cap)) and bool(cap.exact.all()),
-        "min_detectable_pct": float(sorted(hw)[len(hw) // 2]) if len(hw) else None,
+        "min_detectable_pct": float(np.median(hw)) if len(hw) else None,
         "max_ci_half_width_pct": float(max(hw)) if len(hw) else None,
         "bandwidth_gbs": bandwidth_gbs,
     }

@@ -355,3 +355,23 @@ def test_summary_is_valid_json_when_crossovers_mix_statuses(tmp_path):
     lines = decode.verdict(s)
     assert not any("nan" in v.lower() for v in lines)
     assert any(v.startswith("Batch 8") and "(interval unbounded)" in v for v in lines)
+
+
+def test_min_detectable_is_the_median_half_width(tmp_path):
+    # 2 batches x 5 contexts = 10 points: the median of an even count is the mean of the two middle values
+    run = _run(
+        tmp_path, {1: (_auto, lambda c: 1.2 + 0.0015 * c), 4: (lambda c: 3 * _auto(c), lambda c: 3.3 + 0.005 * c)}
+    )
+    half_widths = []
+    for k, fp8 in ((1, lambda c: 1.2 + 0.0015 * c), (3, lambda c: 3.3 + 0.005 * c)):
+        for i, c in enumerate(CTX):
+            lr = np.log(
+                [(fp8(c) + SCATTER[i] + jf) / (k * _auto(c) + ja) for ja, jf in zip(JIT_AUTO, JIT_FP8, strict=True)]
+            )
+            lo, hi = sps.t.interval(0.95, REPS - 1, loc=lr.mean(), scale=sps.sem(lr))
+            half_widths.append(50 * (math.exp(hi) - math.exp(lo)))
+    hw = sorted(half_widths)
+    assert len(hw) == 10 and hw[4] < hw[5]  # the lower and upper medians differ
+    s = _summary(run)
+    assert s["min_detectable_pct"] == pytest.approx((hw[4] + hw[5]) / 2, rel=1e-9)
+    assert s["max_ci_half_width_pct"] == pytest.approx(hw[-1], rel=1e-9)
