@@ -466,7 +466,9 @@ def crossover_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> A
         f = stats.ols(g.context_len, g[f"{other}_step_ms"] - g[f"{base}_step_ms"])
         root = stats.fieller_root(f)
         lo_ctx, hi_ctx = float(g.context_len.min()), float(g.context_len.max())
-        if f.b >= 0:  # other's slope is the larger: it never becomes faster as the context grows
+        # a slope below rounding (parallel lines: ~1e-16 of the steps over the grid) is zero, not a far-off root
+        flat = abs(f.b) * (hi_ctx - lo_ctx) <= 1e-9 * float(g[[f"{base}_step_ms", f"{other}_step_ms"]].abs().max().max())
+        if f.b >= 0 or flat:  # other's slope is the larger (or equal): it never becomes faster as the context grows
             status, x = "none", None
         else:
             x = root.x

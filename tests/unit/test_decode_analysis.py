@@ -375,3 +375,15 @@ def test_min_detectable_is_the_median_half_width(tmp_path):
     s = _summary(run)
     assert s["min_detectable_pct"] == pytest.approx((hw[4] + hw[5]) / 2, rel=1e-9)
     assert s["max_ci_half_width_pct"] == pytest.approx(hw[-1], rel=1e-9)
+
+
+@pytest.mark.parametrize("offset", [0.1, -0.1])
+def test_no_crossover_for_parallel_lines(tmp_path, offset):
+    # fp8 = auto + offset at every context: the difference is flat, so there is no crossover. Its fitted slope is
+    # zero up to rounding (~1e-16 ms/token, of either sign), which must not turn into a root at ~1e17 tokens.
+    run = _run(tmp_path, rows=_rows(1, _auto, lambda c: _auto(c) + offset, scatter=(0.0,) * len(CTX)))
+    c = _cross(run)
+    assert c["status"] == "none" and c["context_len"] is None and c["ci_low"] is None
+    assert c["diff_at_min_ms"] == pytest.approx(offset) and c["diff_at_max_ms"] == pytest.approx(offset)
+    line = next(v for v in decode.verdict(_summary(run)) if v.startswith("Batch 1"))
+    assert "no crossover" in line and ("every measured context" in line) == (offset < 0)
