@@ -600,10 +600,10 @@ def verdict(s: dict[str, Any]) -> list[str]:
                        + (" (past the grid: an extrapolation)" if c["status"] == "above_grid" else "") + ".")
         elif c["status"] == "below_grid":
             out.append(f"Batch {c['batch']}: fp8 is faster at every measured context by the fit.")
-        elif c["diff_at_max_ms"] < 0:
+        elif (c.get("diff_at_max_ms") or 0) < 0:
             out.append(f"Batch {c['batch']}: fp8 is faster at every measured context by the fit, but its advantage "
                        "does not grow with context: no crossover.")
-        elif c["diff_at_min_ms"] < 0:
+        elif (c.get("diff_at_min_ms") or 0) < 0:
             out.append(f"Batch {c['batch']}: fp8 is faster at the shortest contexts only: the fitted fp8-auto difference "
                        "grows with context and turns positive within the grid, so no crossover.")
         else:
