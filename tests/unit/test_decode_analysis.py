@@ -387,3 +387,13 @@ def test_no_crossover_for_parallel_lines(tmp_path, offset):
     assert c["diff_at_min_ms"] == pytest.approx(offset) and c["diff_at_max_ms"] == pytest.approx(offset)
     line = next(v for v in decode.verdict(_summary(run)) if v.startswith("Batch 1"))
     assert "no crossover" in line and ("every measured context" in line) == (offset < 0)
+
+
+def test_a_point_measured_twice_keeps_the_last_row(tmp_path):
+    # a resumed run can hold a (batch, context, rep, dtype) twice: the later measurement stands
+    rows = _rows(1, _auto, _auto, scatter=(0.0,) * len(CTX))
+    rows.append({**rows[0], "step_s": 5.0})  # rows[0]: batch 1, 128 tokens, rep 0, auto
+    m = _run(tmp_path, rows=rows).measured()
+    got = m[(m.context_len == 128) & (m.rep == 0) & (m.kv_dtype == "auto")]
+    assert len(got) == 1 and got.step_ms.iloc[0] == pytest.approx(5000.0)
+    assert len(m) == 2 * REPS * len(CTX)
