@@ -450,7 +450,8 @@ def crossover_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> A
     """Per batch: the context where ``other`` becomes faster than ``base``, from the line fitted to the
     paired difference of mean steps (other - base, ms) against context; Fieller's 95% interval.
 
-    ``status``: ``none`` when the fitted difference does not fall with context (no crossover ahead),
+    ``status``: ``none`` when the fitted difference does not fall with context (no context from which other
+    becomes faster, whatever its sign at the grid's ends: ``diff_at_min_ms``, ``diff_at_max_ms``),
     ``below_grid`` when it crosses before the smallest measured context (other is faster throughout),
     ``above_grid`` past the largest (an extrapolation), else ``in_grid``."""
     import pandas as pd
@@ -465,14 +466,17 @@ def crossover_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> A
         f = stats.ols(g.context_len, g[f"{other}_step_ms"] - g[f"{base}_step_ms"])
         root = stats.fieller_root(f)
         lo_ctx, hi_ctx = float(g.context_len.min()), float(g.context_len.max())
-        if f.b >= 0:
-            status, x = ("below_grid" if f.predict(lo_ctx) < 0 else "none"), None
+        # a slope below rounding (parallel lines: ~1e-16 of the steps over the grid) is zero, not a far-off root
+        flat = abs(f.b) * (hi_ctx - lo_ctx) <= 1e-9 * float(g[[f"{base}_step_ms", f"{other}_step_ms"]].abs().max().max())
+        if f.b >= 0 or flat:  # other's slope is the larger (or equal): it never becomes faster as the context grows
+            status, x = "none", None
         else:
             x = root.x
             status = "below_grid" if x < lo_ctx else "above_grid" if x > hi_ctx else "in_grid"
         rows.append({"batch": b, "context_len": x, "ci_low": root.lo if root.bounded and x is not None else None,
                      "ci_high": root.hi if root.bounded and x is not None else None, "status": status,
-                     "diff_at_min_ms": f.predict(lo_ctx), "diff_slope_ms_per_ktoken": f.b * 1e3, "n_points": f.n})
+                     "diff_at_min_ms": f.predict(lo_ctx), "diff_at_max_ms": f.predict(hi_ctx),
+                     "diff_slope_ms_per_ktoken": f.b * 1e3, "n_points": f.n})
     return pd.DataFrame(rows)
 
 
@@ -524,8 +528,16 @@ def capacity_table(run: DecodeRun) -> Any:
     return pd.DataFrame(rows)
 
 
+def _records(table: Any) -> list[dict[str, Any]]:
+    """A table's rows as dicts, a missing value (NaN: pandas' form of a None among numbers) as ``None``."""
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+            for r in table.to_dict("records")] if table is not None and not table.empty else []
+
+
 def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any]:
     """The study's key numbers (the contract the audit reads; see the module docstring)."""
+    import numpy as np
+
     pts, fits, cross = point_table(run), fit_table(run), crossover_table(run)
     roof = roofline_table(run, bandwidth_gbs) if bandwidth_gbs else None
     cap = capacity_table(run)
@@ -541,13 +553,13 @@ def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any
         "concurrent_engines": spec["concurrent_engines"], "n_reps": spec["reps"],
         "decode_tokens": spec["decode_tokens"], "complete": run.complete,
         "engines_ok": ok, "engine_errors": {d: e.get("error") for d, e in run.engines.items() if e.get("status") != "ok"},
-        "points": pts.to_dict("records") if not pts.empty else [],
-        "fits": fits.to_dict("records") if not fits.empty else [],
-        "crossovers": cross.to_dict("records") if not cross.empty else [],
-        "roofline": roof[["kv_dtype", "batch", "context_len", "fraction"]].to_dict("records") if roof is not None and not roof.empty else [],
-        "capacity": cap.to_dict("records") if not cap.empty else [],
+        "points": _records(pts),
+        "fits": _records(fits),
+        "crossovers": _records(cross),
+        "roofline": _records(roof[["kv_dtype", "batch", "context_len", "fraction"]] if roof is not None and not roof.empty else None),
+        "capacity": _records(cap),
         "capacity_exact": bool(len(cap)) and bool(cap.exact.all()),
-        "min_detectable_pct": float(sorted(hw)[len(hw) // 2]) if len(hw) else None,
+        "min_detectable_pct": float(np.median(hw)) if len(hw) else None,
         "max_ci_half_width_pct": float(max(hw)) if len(hw) else None,
         "bandwidth_gbs": bandwidth_gbs,
     }
@@ -588,6 +600,12 @@ def verdict(s: dict[str, Any]) -> list[str]:
                        + (" (past the grid: an extrapolation)" if c["status"] == "above_grid" else "") + ".")
         elif c["status"] == "below_grid":
             out.append(f"Batch {c['batch']}: fp8 is faster at every measured context by the fit.")
+        elif (c.get("diff_at_max_ms") or 0) < 0:
+            out.append(f"Batch {c['batch']}: fp8 is faster at every measured context by the fit, but its advantage "
+                       "does not grow with context: no crossover.")
+        elif (c.get("diff_at_min_ms") or 0) < 0:
+            out.append(f"Batch {c['batch']}: fp8 is faster at the shortest contexts only: the fitted fp8-auto difference "
+                       "grows with context and turns positive within the grid, so no crossover.")
         else:
             out.append(f"Batch {c['batch']}: the fitted fp8-auto difference does not fall with context: no crossover.")
     if s["roofline"]:
