@@ -754,7 +754,10 @@ def test_the_committed_reports_verdicts():
         reports / "h200", [reports / "h200" / "shipped", reports / "cpu-tiny"], introspect_installed=False
     )
     rows = {r["id"]: r for r in audit.audit(e)}
-    assert {i: r["verdict"] for i, r in rows.items()} == COMMITTED_H200
+    # a Study 06 summary rendered into reports/h200 adds decode evidence: the long requests' TPOT (17) is then
+    # decided by its B=8 point at 8,192 tokens (x0.928 [0.925, 0.932] in the committed store)
+    has06 = (reports / "h200" / "06_decode_speed.summary.json").is_file()
+    assert {i: r["verdict"] for i, r in rows.items()} == {**COMMITTED_H200, **({"17": CONFIRMED} if has06 else {})}
     # the H200 decides the serving claims; the CPU and the shipped model are analogues there
     assert rows["5"]["by_report"] == {
         "h200": INCONCLUSIVE,
@@ -766,3 +769,33 @@ def test_the_committed_reports_verdicts():
     assert rows["10"]["details"]["h200"]["means"]["e4m3/tensor"] == pytest.approx(0.00384, abs=1e-5)
     assert rows["11a"]["details"]["h200"]["good"]["fp8+large-attn_head"] == pytest.approx(0.9917, abs=1e-4)
     assert not [r for r in rows.values() if r["verdict"] == REFUTED and r["basis"] == audit.CPU_EVIDENCE]
+
+
+def test_the_cpu_report_alone_decides_only_what_a_cpu_can():
+    """reports/cpu-tiny without the GPU reports: every GPU serving claim is not testable (the CPU runs are
+    analogues); arithmetic, physics, facts, formats and the numerical scale claim still decide."""
+    pytest.importorskip("torch")
+    e = audit.load_evidence(REPO_ROOT / "reports" / "cpu-tiny", [], introspect_installed=False)
+    by = {r["id"]: r["verdict"] for r in audit.audit(e)}
+    decided = {i: v for i, v in by.items() if v != NOT_TESTABLE}
+    assert decided == {
+        "1": REFUTED,
+        "2": REFUTED,
+        "9": REFUTED,
+        "10": CONFIRMED,
+        "13a": REFUTED,
+        "13b": REFUTED,
+        "15": REFUTED,
+        "18": REFUTED,
+        "19": REFUTED,
+        "20": REFUTED,
+        "21": REFUTED,
+        "22": REFUTED,
+        "25": REFUTED,
+        "26": REFUTED,
+        "27": CONFIRMED,
+        "28": INCONCLUSIVE,
+    }
+    rows = {r["id"]: r for r in audit.audit(e)}
+    assert rows["13a"]["by_report"] == {"physics": REFUTED, "cpu-tiny": "refuted (analogue)"}
+    assert rows["5"]["by_report"] == {"cpu-tiny": "refuted (analogue)"}
