@@ -657,7 +657,7 @@ def combine(findings: Mapping[str, Finding]) -> Finding:
     on = "; ".join(f"[{k}] {f.on_what}" for k, f in (testable or findings).items() if f.on_what)
     heads = [f.headline for f in testable.values() if f.headline]
     if not testable:
-        return Finding(NOT_TESTABLE, measured, on, details, by, setting, detectable, basis)
+        return Finding(NOT_TESTABLE, measured, on, details, by, setting, detectable, "")  # no basis: nothing decided
     kinds = {f.verdict for f in testable.values()}
     if {CONFIRMED, REFUTED} <= kinds:
         split = ", ".join(f"{k}: {f.verdict}" for k, f in testable.items())
@@ -680,11 +680,7 @@ def decide(claim: Claim, findings: Mapping[str, Finding], extra: Mapping[str, Fi
             deciding[k] = f
     deciding.update(extra)
     out = combine(deciding) if deciding else Finding(NOT_TESTABLE, "", "")
-    comparable = any(
-        _setting_of(f) is not None
-        for f in findings.values()
-        if f.verdict != NOT_TESTABLE and _setting_of(f).qualifies(claim.needs)
-    ) or any(_setting_of(f) is not None and _setting_of(f).qualifies(claim.needs) for f in deciding.values())
+    comparable = any(s is not None and s.qualifies(claim.needs) for s in map(_setting_of, findings.values()))
     if not [f for f in deciding.values() if f.verdict != NOT_TESTABLE] and analogue and not comparable:
         why = {"gpu-model": "a GPU run of a full-size model", "gpu": "a GPU run", "sglang": "an SGLang run"}
         out = dataclasses.replace(

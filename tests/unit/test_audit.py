@@ -109,6 +109,8 @@ def test_combine_and_comparability():
     assert audit.combine({"a": a, "b": inc}).verdict == REFUTED
     assert audit.combine({"a": inc, "b": nt}).verdict == INCONCLUSIVE
     assert audit.combine({"a": nt}).verdict == NOT_TESTABLE and audit.combine({}).verdict == NOT_TESTABLE
+    # a finding whose setting was not recorded is not demoted to an analogue
+    assert audit.decide(audit.CLAIMS_BY_ID["5"], {"x": Finding(CONFIRMED, "m")}).verdict == CONFIRMED
     with pytest.raises(SpecError, match="Finding.verdict = 'depends'"):
         Finding("depends", "")
 
