@@ -38,8 +38,9 @@ AMX_FLAGS = ("amx_tile",)
 
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
-#: Whether fp8lab ships an FP8-emulation mode for the numerical studies (a bf16 cache holding FP8-rounded K/V).
-EMULATION_AVAILABLE = False
+#: Platforms where fp8lab's FP8 emulation (fp8lab/fp8emu.py: a bf16 cache holding FP8-rounded K/V) can run:
+#: it patches the CPU attention backend's cache write.
+EMULATION_PLATFORMS = ("cpu",)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,9 @@ def support_for(kv_cache_dtype: str, device: Device, head_dim: int | None = None
     """The rule itself, for a given device (pure: unit tests pass sample devices)."""
     if not str(kv_cache_dtype).startswith("fp8"):
         return KVSupport(kv_cache_dtype, True, None, "any", emulated=False)
-    emulated = EMULATION_AVAILABLE and kv_cache_dtype in FP8_KV_DTYPES
+    emulated = (
+        device.platform in EMULATION_PLATFORMS and device.vllm_dist is not None and kv_cache_dtype in FP8_KV_DTYPES
+    )
     if device.forced_off:
         return KVSupport(
             kv_cache_dtype,
@@ -286,6 +289,15 @@ def unsupported_note(dtypes: list[str] | tuple[str, ...], model: str | None = No
     return f"Not measured: kv_cache_dtype {', '.join(missing)}{' ' + what if what else ''}, because {reason}."
 
 
+def emulation_note(labels: list[str] | tuple[str, ...], reason: str | None) -> str:
+    """The sentence a numerical study's verdict carries when its FP8 configurations ran emulated."""
+    return (
+        f"Native FP8 KV was not measured ({reason}); {', '.join(labels)} ran emulated instead: the same vLLM engine "
+        "with a bf16 cache holding K and V rounded through FP8 (round toward zero, as the CPU kernel does), "
+        "labelled '(emulated)'."
+    )
+
+
 def report(model: str | None = None) -> dict[str, Any]:
     """Everything ``fp8lab doctor`` prints: the device and one row per KV dtype."""
     d = detect()
@@ -331,6 +343,7 @@ __all__ = [
     "KVSupport",
     "NATIVE_FP8_ENV",
     "detect",
+    "emulation_note",
     "forced_off",
     "format_report",
     "has_kv_scheme",
