@@ -265,7 +265,12 @@ def unsupported_result(spec: Any) -> Any:
     return EngineResult(
         status="unsupported",
         error=sup.reason,
-        engine={"kv_cache_dtype": spec.kv_cache_dtype, "not_started": True},
+        # the block size vLLM would have used (its default: 128 on CPU, 16 on GPU), so the formula can still predict
+        engine={
+            "kv_cache_dtype": spec.kv_cache_dtype,
+            "not_started": True,
+            "block_size": spec.block_size or (128 if detect().platform == "cpu" else 16),
+        },
         records=pd.DataFrame(),
         samples=pd.DataFrame(),
         phases={},
