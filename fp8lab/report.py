@@ -313,6 +313,8 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         origin = (f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}{dirty}, "
                   f"vLLM {where.get('vllm')}" if where else "provenance in its engines' records")
         kept = f" <small>(kept from {html.escape(e['from'])}: {html.escape(origin)})</small>" if e.get("from") else ""
+        nm = (e.get("summary") or {}).get("not_measured")  # no native FP8 kernel here (fp8lab.capability)
+        err += f"<br><small>{html.escape(str(nm))}</small>" if nm else ""
         rows.append(f"<tr><td>{link}</td><td class='{e['status']}'>{e['status']}{kept}{err}</td>"
                     f"<td>{e.get('wall_s') or ''}</td></tr>")
         if e.get("summary"):
