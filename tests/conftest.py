@@ -6,6 +6,7 @@ absent (an AVX2-only CPU, or FP8LAB_NATIVE_FP8=0); the header says which tier ra
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,9 @@ def _plugin_registered() -> bool:
     return any(e.value == "fp8lab.fp8emu:register" for e in entry_points(group="vllm.general_plugins"))
 
 
-if not _plugin_registered():
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PLUGIN_DEV), os.environ.get("PYTHONPATH")) if p)
+if not _plugin_registered():  # spawned children take sys.path from their parent, other children PYTHONPATH
+    sys.path.append(str(_PLUGIN_DEV))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(_PLUGIN_DEV)) if p)
 
 
 def pytest_report_header(config) -> str:
