@@ -434,7 +434,9 @@ class QualityRuns:
                          "model": Path(res.spec.model).name if res.spec else None, "status": res.status,
                          "error": res.error, "engine_start_s": e.get("engine_start_s"),
                          "run_wall_s": e.get("run_wall_s"), "num_blocks": e.get("num_blocks"),
-                         "cached": bool(res.extra.get("cached")), "run_dir": str(res.run_dir)})
+                         "cached": bool(res.extra.get("cached")), "run_dir": str(res.run_dir),
+                         # an emulated run's engine had an auto cache holding FP8-rounded K/V (fp8lab.fp8emu)
+                         "fp8_emulation": res.extra.get("emulated")})
         return pd.DataFrame(rows)
 
 
