@@ -35,9 +35,10 @@ def test_nb01_says_what_was_not_measured(no_native_fp8, run_cpu_tiny, model_over
     )
     assert s["fp8.status"] == "unsupported" and "switched off" in s["fp8.unsupported_reason"]
     assert s["auto.status"] == "not run"
-    # the formula, marked predicted: 1 GiB at 128-token blocks of 6 layers x 2 KV heads x 64 x 2 (K, V) x 2 bytes
-    assert s["auto.predicted_num_blocks"] == 2**30 // (128 * 3072) == 2730
-    assert s["fp8.predicted_num_blocks"] == 2**30 // (128 * 1536) == 5461
+    # the formula, marked predicted: 128-token blocks of 6 layers x 2 KV heads x 64 x 2 (K, V) x 2 bytes (auto), 1 (fp8)
+    budget = int(params["KV_CACHE_GIB"] * 2**30)
+    assert s["auto.predicted_num_blocks"] == budget // (128 * 3072) > 0
+    assert s["fp8.predicted_num_blocks"] == budget // (128 * 1536)
     assert not any(k.startswith("fp8.") and k.endswith(("tok_s", "ttft_ms")) for k in s)  # nothing measured
 
 
