@@ -65,3 +65,56 @@ def test_native_device_runs_notebooks_in_full(monkeypatch):
     if not kv_support("fp8", str(TINY_MODEL_DIR)).native:
         pytest.skip("this device has no native FP8 KV kernel")
     assert degrade.notebook_for(NB01, PARAMS, None) == NB01
+
+
+def test_longctx_without_the_kernel_emulates_only_the_quality_phases(forced_off, monkeypatch):
+    """Study 04 on engines that behave like vLLM on the arithmetic (test_longctx's fake runner) behind the real
+    capability guard: FP8 ramp/sweep/probe engines unsupported, the quality phases on an emulated engine."""
+    import sys
+
+    import fp8lab.results
+    from fp8lab import fp8emu
+    from fp8lab import longctx as lc
+    from fp8lab.capability import unsupported_result
+
+    sys.path.insert(0, str(NOTEBOOKS_DIR.parent / "tests" / "unit"))
+    from test_longctx import TINY, _fake_runner
+
+    plan = lc.LongCtxPlan(
+        model=TINY,
+        lengths=lc.length_grid("geometric", 512, 4096, 32),
+        output_tokens=32,
+        concurrency=2,
+        kv_cache_gib=0.03,
+        block_size=128,
+        random_token_lengths=(),
+        quality_model=TINY,
+        quality_length=600,
+        passkey_lengths=(256,),
+        passkey_depths=(0.5,),
+    )
+    fake, calls = _fake_runner(plan)
+    seen = []
+
+    def guarded(spec, phases, study, driver, sample_interval_s, env=None):
+        seen.append((spec, study, env))
+        u = unsupported_result(spec)
+        return u if u is not None else fake(spec, phases, study, driver, sample_interval_s, env)
+
+    monkeypatch.setattr(fp8lab.results, "run_cached", guarded)
+    res = lc.run_study(plan, progress=False)
+    emu = [(s, st, e) for s, st, e in seen if e and fp8emu.ENV in e]
+    assert len(emu) == 1
+    spec, study, env = emu[0]
+    assert spec.kv_cache_dtype == "auto" and env[fp8emu.ENV] == "e4m3" and study.endswith(".fp8emu-e4m3")
+    native_gib = plan.engine_spec("fp8", quality=True).kv_cache_gib
+    assert spec.kv_cache_gib == (2 * native_gib if native_gib else None)  # a bf16 cache: twice the bytes
+    assert res.emulated == ["fp8 (emulated)"]
+    eng = res.engines.set_index(["role", "kv_dtype"])
+    assert eng.loc[("ramp", "fp8"), "status"] == "unsupported"
+    t = lc.tables(res)
+    assert set(t.passkey.kv_dtype) == {"auto", "fp8 (emulated)"}
+    assert set(t.divergence.kv_dtype) == {"fp8 (emulated)"}
+    s = lc.summary_values(res, t)
+    assert s["emulated"] == ["fp8 (emulated)"] and "FP8LAB_NATIVE_FP8=0" in s["not_measured"]
+    assert "Divergence and passkey only" in lc.verdict_markdown(res, t)
