@@ -9,7 +9,7 @@ so the cache holds the values a native FP8 cache dequantizes to. Prefill attends
 (``forward_includes_kv_cache_update=False``), so prompt logprobs carry the error, as natively. The one
 difference: ``q * s`` is stored in bf16, exact when ``s`` is a power of two (1.0, the default scale) and
 otherwise rounded to bf16's 8 significant bits (FP8 values have at most 4), an extra relative error of at
-most 2^-9 on each stored value.
+most 2^-8 on each stored value (checked against the native op in tests/integration/test_fp8emu_cpu.py).
 
 It is never used for capacity or speed (the cache is bf16-sized and the rounding costs time): studies label
 its runs ``fp8 (emulated)``.

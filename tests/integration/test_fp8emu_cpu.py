@@ -11,6 +11,8 @@ positions each): see ``test_emulated_matches_native`` (the numbers are printed w
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,46 @@ def test_missing_plugin_is_a_clear_failure(tiny_model, requests_, tmp_path, monk
     monkeypatch.setenv("VLLM_PLUGINS", "none")  # vLLM loads only the plugins named here
     res = run_engine(_spec(tiny_model, "auto"), requests_[:1], work_dir=tmp_path, env=fp8emu.env_for("fp8"))
     assert res.status == "error" and "did not load fp8lab's plugin" in res.error
+
+
+@pytest.mark.native_fp8
+@pytest.mark.parametrize("dt", ["fp8", "fp8_e5m2"])
+def test_emulated_write_equals_the_native_cache_dequantized(dt):
+    """The patched cache write (real vLLM op, bf16 cache) against the native FP8 op on the same K/V: with a
+    power-of-two scale every stored value equals the native FP8 value times the scale exactly; with any other
+    scale the bf16 product is within bf16 rounding (2^-8 relative) of it."""
+    import torch
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backend import AttentionType
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    from fp8lab.fp8formats import get_format
+
+    heads, dim, block = 2, 64, 128
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(block, heads, dim, generator=g) * torch.logspace(-4, 3, block).view(-1, 1, 1)).to(torch.bfloat16)
+    fmt = get_format(dt)
+    impl = object.__new__(CPUAttentionBackendImpl)
+    impl.attn_type, impl.kv_cache_dtype = AttentionType.DECODER, "auto"
+    for scale in (1.0, 0.5, 0.0372):
+        layer = SimpleNamespace(
+            layer_name="model.layers.0.self_attn.attn", isa="vec", _k_scale_float=1.0, _v_scale_float=1.0
+        )
+        update = fp8emu.make_update(CPUAttentionBackendImpl.do_kv_cache_update, fmt.name, {0: (scale, scale)})
+        emu = torch.zeros(1, heads, block, 2 * dim, dtype=torch.bfloat16)
+        update(impl, layer, x, x, emu, torch.arange(block))
+        stored_emu = emu.view(1, heads, 2 * block, dim)[0, :, block:, :].permute(1, 0, 2).float()
+        nat = torch.zeros(1, heads, 2 * block, dim, dtype=torch.uint8)
+        k_cache, v_cache = nat.chunk(2, dim=2)
+        ops.cpu_attn_reshape_and_cache(
+            x, x, k_cache, v_cache, torch.arange(block), "vec", k_scale=scale, v_scale=scale, kv_cache_dtype=dt
+        )
+        stored_nat = nat[0, :, block:, :].permute(1, 0, 2).contiguous().view(fmt.torch_dtype).float() * scale
+        if scale in (1.0, 0.5):
+            assert torch.equal(stored_emu, stored_nat), (dt, scale)
+        else:
+            assert torch.allclose(stored_emu, stored_nat, rtol=2**-8, atol=0), (dt, scale)
+            assert not torch.equal(stored_emu, x.float())
 
 
 @pytest.mark.native_fp8
