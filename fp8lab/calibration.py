@@ -815,6 +815,17 @@ def export_sets(model_path: str, sets: Sequence[ScaleSet]) -> dict[str, str]:
 
 
 # ============================================================================ end to end
+EMULATED_SUFFIX = " (emulated)"  # fp8lab.fp8emu.emulated_label
+
+
+def _fp8_base(qs: Any) -> str | None:
+    """The default-scale fp8 row of a quality summary that ran: native ``fp8``, else ``fp8 (emulated)``."""
+    for lab in ("fp8", "fp8" + EMULATED_SUFFIX):
+        if lab in qs.index and qs.loc[lab, "status"] == "ok":
+            return lab
+    return None
+
+
 def quality_label(folder: str | Path) -> str:
     """Study 03's label of an exported scale set (``fp8+<folder name>``, :func:`fp8lab.quality.kv_configs`)."""
     return f"fp8+{Path(folder).name}"
@@ -1163,8 +1174,9 @@ def claim_verdict(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFra
                         f"{qs.loc[lab, 'tf_top1']:.3f}, |Δlogprob| {qs.loc[lab, 'tf_abs_dlogprob']:.4f}, top-3 match "
                         f"{qs.loc[lab, 'top3_match']:.2f}")
         txt = "**End to end, against auto (Study 03's measures):** " + "; ".join(rows) + "."
-        base = "fp8" if "fp8" in qs.index and qs.loc["fp8", "status"] == "ok" else None
-        cal_labels = [lab for lab in qs.index if lab.startswith("fp8+") and qs.loc[lab, "status"] == "ok"]
+        base = _fp8_base(qs)  # "fp8", or "fp8 (emulated)" on a device without the FP8 kernel
+        cal_labels = [lab for lab in qs.index if lab.startswith("fp8+") and qs.loc[lab, "status"] == "ok"
+                      and lab.endswith(EMULATED_SUFFIX) == str(base).endswith(EMULATED_SUFFIX)]
         if base and cal_labels:
             moves = []
             for col, name, fmt in (("delta_ppl_pct", "Δppl", "{:.2f} points"),
@@ -1173,7 +1185,7 @@ def claim_verdict(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFra
                 if col in qs:
                     m = max(abs(float(qs.loc[lab, col]) - float(qs.loc[base, col])) for lab in cal_labels)
                     moves.append(f"{name} by at most {fmt.format(m)}")
-            txt += (" Against fp8 with the default scale 1.0, the calibrated scale sets move " + ", ".join(moves)
+            txt += (f" Against {base} with the default scale 1.0, the calibrated scale sets move " + ", ".join(moves)
                     + (", and every perplexity interval includes 0." if rows and all_zero else "."))
         lines.append(txt)
     return "\n\n".join(lines)
@@ -1226,13 +1238,16 @@ def headline(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFrame, e
                       "delta_task_acc", "task_tf_acc", "delta_task_answer_logprob"):
                 if m in r and r[m] is not None and not (isinstance(r[m], float) and math.isnan(r[m])):
                     out[f"quality.{name}.{m}"] = float(r[m])
-    if quality_summary is not None and "fp8" in quality_summary.index and quality_summary.loc["fp8", "status"] == "ok":
+    base = _fp8_base(quality_summary) if quality_summary is not None else None
+    if base is not None:
         qs = quality_summary
-        cal_labels = [lab for lab in qs.index if str(lab).startswith("fp8+") and qs.loc[lab, "status"] == "ok"]
+        emu = base.endswith(EMULATED_SUFFIX)  # emulated sets compared with emulated fp8 only, never mixed
+        cal_labels = [lab for lab in qs.index if str(lab).startswith("fp8+") and qs.loc[lab, "status"] == "ok"
+                      and str(lab).endswith(EMULATED_SUFFIX) == emu]
+        key = "quality.max_shift_vs_fp8_emulated" if emu else "quality.max_shift_vs_fp8"
         for col in ("delta_ppl_pct", "tf_abs_dlogprob", "task_acc"):
             if cal_labels and col in qs:  # how far the calibrated sets move each measure from fp8 with scale 1.0
-                out[f"quality.max_shift_vs_fp8.{col}"] = max(abs(float(qs.loc[lab, col]) - float(qs.loc["fp8", col]))
-                                                             for lab in cal_labels)
+                out[f"{key}.{col}"] = max(abs(float(qs.loc[lab, col]) - float(qs.loc[base, col])) for lab in cal_labels)
     for k, v in (head_check or {}).items():
         out[f"head_reduction.{k}"] = v
     for k, v in (dynamic or {}).items():

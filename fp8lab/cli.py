@@ -3,6 +3,7 @@
 ``fp8lab estimate PATH --kv-dtype auto|fp8 [--json]``: the KV-cache calculator (no torch, no vLLM).
 ``fp8lab run [--profile NAME] [--out DIR] [notebooks...]``: execute the studies headlessly and write
 HTML reports, ``index.html`` and ``summary.json``.
+``fp8lab doctor [--model DIR] [--json]``: which KV dtypes run natively here, and why not (:mod:`fp8lab.capability`).
 """
 
 from __future__ import annotations
@@ -73,6 +74,15 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from fp8lab.capability import format_report, report
+    from fp8lab.specs import resolve_model
+
+    rep = report(resolve_model(args.model) if args.model else None)
+    print(json.dumps(rep, indent=2) if args.json else format_report(rep))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fp8lab.estimate_cli import add_estimate_parser
 
@@ -105,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profiles", help="list the named parameter sets")
     prof.add_argument("--json", action="store_true")
     prof.set_defaults(func=cmd_profiles)
+
+    doc = sub.add_parser("doctor", help="which KV dtypes the installed vLLM runs natively on this device, and why not")
+    doc.add_argument("--model", help="a model folder: its head_dim is checked too (CPU FP8 needs head_dim % 32 == 0)")
+    doc.add_argument("--json", action="store_true")
+    doc.set_defaults(func=cmd_doctor)
     return parser
 
 

@@ -165,6 +165,11 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
         phases = [Phase("main", tuple(phases))]  # type: ignore[arg-type]
     phases = list(phases)  # type: ignore[assignment]
     validate_phases(spec, phases, driver)  # type: ignore[arg-type]
+    from fp8lab.capability import unsupported_result
+
+    skipped = unsupported_result(spec)  # a KV dtype this device cannot run: recorded, no engine started
+    if skipped is not None:
+        return skipped
     wd = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fp8lab-"))
     wd.mkdir(parents=True, exist_ok=True)
     log_path, result_path = wd / "worker.log", wd / "result.pkl"
@@ -210,8 +215,14 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
         status = classify_failure(error + "\n" + exc_text) if status != "ok" else status
         if status == "ok":
             status = "error"
+    from fp8lab import fp8emu
+
+    if status == "ok" and (env or {}).get(fp8emu.ENV) and fp8emu.check_log(log):  # asked for, never switched on
+        status, error = "error", fp8emu.check_log(log)
     engine = dict(raw.get("engine", {}))
     engine["run_wall_s"] = wall
+    if (env or {}).get(fp8emu.ENV):
+        engine["fp8_emulation"] = env[fp8emu.ENV]
     m = re.findall(r"Available KV cache memory: ([\d.]+) GiB", log)
     if m:  # what the worker found for the KV cache after profiling (rounded to 0.01 GiB in the log)
         engine["kv_available_gib_logged"] = float(m[-1])

@@ -468,6 +468,8 @@ class LongCtxResult:
     records: pd.DataFrame = field(default_factory=pd.DataFrame)
     phases: pd.DataFrame = field(default_factory=pd.DataFrame)
     wall_s: float = 0.0
+    emulated: list[str] = field(default_factory=list)  # labels of FP8 dtypes whose quality phases ran emulated
+    notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.capability)
 
     def results(self, role: str, kv_dtype: str | None = None) -> list[Any]:
         """The engine results of ``role`` (and ``kv_dtype``), in run order."""
@@ -532,6 +534,7 @@ def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] 
     and the longer lengths become ``over_capacity`` outcomes. ``runner`` replaces
     :func:`fp8lab.results.run_cached` (same signature; tests pass a fake).
     """
+    real_engines = runner is None  # a fake runner (tests) cannot emulate: the device's capability is not asked
     if runner is None:
         from fp8lab.results import run_cached as runner
     t_start = time.perf_counter()
@@ -539,9 +542,17 @@ def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] 
     runs: list[dict[str, Any]] = []
     q_phases, items = quality_phases(plan)
 
-    def run(role: str, dt: str, spec: EngineSpec, phases: Sequence[Phase], **kw: Any) -> Any:
+    def run(role: str, dt: str, spec: EngineSpec, phases: Sequence[Phase], emulate: bool = False, **kw: Any) -> Any:
         t = time.perf_counter()
-        res = runner(spec, list(phases), study=study, driver="async", sample_interval_s=0.1, **kw)
+        if emulate:  # an FP8 spec on an emulated-FP8 engine (fp8lab.fp8emu), stored apart from native runs
+            from fp8lab import fp8emu
+
+            env = fp8emu.env_for(spec.kv_cache_dtype)
+            res = runner(spec.replace(kv_cache_dtype="auto"), list(phases), study=f"{study}.fp8emu-{env[fp8emu.ENV]}",
+                         driver="async", sample_interval_s=0.1, env=env, **kw)
+            res.extra["emulated"] = env[fp8emu.ENV]
+        else:
+            res = runner(spec, list(phases), study=study, driver="async", sample_interval_s=0.1, **kw)
         runs.append({"role": role, "kv_dtype": dt, "block_size": spec.block_size or bs,
                      "max_model_len": spec.max_model_len, "result": res})
         if progress:
@@ -590,10 +601,47 @@ def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] 
         for dt in plan.kv_dtypes:
             run("quality", dt, plan.engine_spec(dt, quality=True), q_phases)
 
-    out = LongCtxResult(plan=plan, runs=runs, block_size=bs, passkey=items)
+    emulated, notes = _run_emulated(plan, q_phases, study, run) if real_engines else ([], [])
+    out = LongCtxResult(plan=plan, runs=runs, block_size=bs, passkey=items, emulated=emulated, notes=notes)
     _collect(out)
     out.wall_s = time.perf_counter() - t_start
     return out
+
+
+EMULATED_ROLE = "quality-emulated"
+
+
+def _run_emulated(plan: LongCtxPlan, q_phases: Sequence[Phase], study: str,
+                  run: Callable[..., Any]) -> tuple[list[str], list[str]]:
+    """On a device without the native FP8 KV kernel: the quality phases (divergence, passkey) of each FP8
+    dtype again on an emulated-FP8 engine (:mod:`fp8lab.fp8emu`), labelled ``<dtype> (emulated)``; its ramp,
+    sweep and probe engines stay ``unsupported`` (speed and capacity are never emulated). Returns the
+    emulated labels and the sentences saying what was not measured and why."""
+    from fp8lab import fp8emu
+    from fp8lab.capability import emulation_note, kv_support
+
+    qmodel = plan.quality_model or plan.model
+    missing = [(dt, kv_support(dt, plan.model)) for dt in plan.kv_dtypes]
+    missing = [(dt, sup) for dt, sup in missing if not sup.native]
+    if not missing:
+        return [], []
+    notes = [f"Not measured: the long-context speed and capacity of kv_cache_dtype {', '.join(d for d, _ in missing)}, "
+             f"because {missing[0][1].reason} (capacities shown for it are the formula's prediction)."]
+    labels = []
+    if q_phases:
+        for dt, sup in missing:
+            if not sup.emulated or not kv_support(dt, qmodel).emulated:
+                continue
+            label = fp8emu.emulated_label(dt)
+            spec = plan.engine_spec(dt, quality=plan.quality_model is not None)
+            # a bf16 cache takes twice the bytes: twice the budget holds the tokens the FP8 engine would
+            spec = spec.replace(max_model_len=max(r.prompt_len + r.max_tokens for p in q_phases for r in p.requests),
+                                kv_cache_gib=2 * spec.kv_cache_gib if spec.kv_cache_gib else None)
+            run(EMULATED_ROLE, label, spec, q_phases, emulate=True)
+            labels.append(label)
+        if labels:
+            notes.append(emulation_note(labels, missing[0][1].reason) + " Divergence and passkey only.")
+    return labels, notes
 
 
 def _collect(res: LongCtxResult) -> None:
@@ -1022,8 +1070,9 @@ def _quality_records(res: LongCtxResult, phase: str) -> dict[str, pd.DataFrame]:
     out = {}
     if rec.empty:
         return out
-    for dt in res.plan.kv_dtypes:
-        g = rec[(rec.role == role) & (rec.kv_dtype == dt) & (rec.phase == phase)]
+    for dt in [*res.plan.kv_dtypes, *res.emulated]:
+        r = EMULATED_ROLE if dt in res.emulated else role
+        g = rec[(rec.role == r) & (rec.kv_dtype == dt) & (rec.phase == phase)]
         if len(g):
             out[dt] = g[g.engine == g.engine.max()].set_index("tag")
     return out
@@ -1068,7 +1117,7 @@ def divergence_table(res: LongCtxResult) -> pd.DataFrame:
         by = _quality_records(res, f"div-{source}")
         if BASELINE not in by:
             continue
-        for dt in res.plan.kv_dtypes[1:]:
+        for dt in [*res.plan.kv_dtypes[1:], *res.emulated]:
             if dt not in by:
                 continue
             for j, ids in enumerate(ids_list):
@@ -1368,6 +1417,8 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
     c = claims(res, t) if c is None else c
     budget = f"{plan.kv_cache_gib:g} GiB" if plan.kv_cache_gib else "vLLM's own sizing"
     lines = ["### Verdict", ""]
+    for note in res.notes:  # what was not measured natively on this device, and why
+        lines += [f"*{note}*", ""]
     o = c["oom"]
     parts = [f"`{dt}` holds up to {_k(v)} tokens" for dt, v in o["longest"].items()]
     lines.append(f"**1. \"bf16 runs out of memory where fp8 keeps going\" — {o['label']}.** With a KV budget of {budget} "
@@ -1498,4 +1549,7 @@ def summary_values(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str, A
     for k in ("timing_ttft_ratio", "timing_itl_ratio", "divergence_ratio", "flip_ratio"):
         for dt, v in c["random_tokens"].get(k, {}).items():
             s[f"{dt}.random.{k}"] = v
+    if res.notes:
+        s["not_measured"] = " ".join(res.notes)
+        s["emulated"] = list(res.emulated)
     return s

@@ -411,6 +411,7 @@ class QualityRuns:
     windows: list[tuple[int, ...]] = field(default_factory=list)
     task: list[CopyItem] = field(default_factory=list)
     phases: list[Phase] = field(default_factory=list)  # what every measured config ran (add configs with these)
+    notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.capability)
 
     @property
     def ok_labels(self) -> list[str]:
@@ -433,7 +434,9 @@ class QualityRuns:
                          "model": Path(res.spec.model).name if res.spec else None, "status": res.status,
                          "error": res.error, "engine_start_s": e.get("engine_start_s"),
                          "run_wall_s": e.get("run_wall_s"), "num_blocks": e.get("num_blocks"),
-                         "cached": bool(res.extra.get("cached")), "run_dir": str(res.run_dir)})
+                         "cached": bool(res.extra.get("cached")), "run_dir": str(res.run_dir),
+                         # an emulated run's engine had an auto cache holding FP8-rounded K/V (fp8lab.fp8emu)
+                         "fp8_emulation": res.extra.get("emulated")})
         return pd.DataFrame(rows)
 
 
@@ -461,16 +464,30 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
         raise RuntimeError(f"the baseline (auto) failed: {ref.status}: {ref.error}")
     conts = {t: _ids(ids) for t, ids in zip(ref.records.tag, ref.records.output_token_ids, strict=True)}
     phases = study_phases(spec, prompts, conts, windows, task)
+    from fp8lab import fp8emu
+    from fp8lab.capability import emulation_note, kv_support
+
     results = {}
+    ran, emulated, reasons = [], [], []
     for cfg in configs:
         t0 = time.perf_counter()
-        res = run_cached(spec.engine_spec(cfg), phases, study=study)
+        sup = kv_support(cfg.kv_cache_dtype, cfg.model)
+        if not sup.native and sup.emulated:  # no FP8 kernel here: the same engine, FP8-rounded K/V (fp8emu)
+            cfg = KVConfig(fp8emu.emulated_label(cfg.label), cfg.model, cfg.kv_cache_dtype)
+            res = fp8emu.run_emulated(spec.engine_spec(cfg), phases, study=study, base_model=spec.model,
+                                      scale_set=cfg.model if cfg.model != spec.model else None)
+            emulated.append(cfg.label)
+            reasons.append(sup.reason)
+        else:
+            res = run_cached(spec.engine_spec(cfg), phases, study=study)
+        ran.append(cfg)
         results[cfg.label] = res
         log(f"[{cfg.label}] {res.status} in {time.perf_counter() - t0:.0f} s"
             f"{' (cached)' if res.extra.get('cached') else ''}{': ' + str(res.error) if not res.ok else ''}")
     if not results[BASELINE].ok:
         raise RuntimeError(f"the baseline (auto) failed: {results[BASELINE].status}: {results[BASELINE].error}")
-    return QualityRuns(spec, configs, prompts, ref, results, windows, task, phases)
+    notes = [emulation_note(emulated, reasons[0])] if emulated else []
+    return QualityRuns(spec, tuple(ran), prompts, ref, results, windows, task, phases, notes)
 
 
 # ============================================================================ tables
@@ -845,9 +862,10 @@ def engine_roundtrip(rt_summary: pd.DataFrame, configs: Sequence[KVConfig], roun
     return pd.DataFrame(rows)
 
 
-def verdict_markdown(verdicts: Mapping[str, Mapping[str, Any]]) -> str:
-    """The verdicts as one Markdown block (a paragraph per candidate)."""
-    return "\n\n".join(v["text"] for v in verdicts.values()) or "No candidate KV config ran."
+def verdict_markdown(verdicts: Mapping[str, Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
+    """The verdicts as one Markdown block (a paragraph per candidate), after ``notes`` (what was not
+    measured natively and why, :attr:`QualityRuns.notes`)."""
+    return "\n\n".join([*notes, *(v["text"] for v in verdicts.values())]) or "No candidate KV config ran."
 
 
 # ============================================================================ headline and verdict
@@ -952,6 +970,8 @@ def headline(runs: QualityRuns, summary: pd.DataFrame, top3_cat: pd.DataFrame, g
                            "n_prompts": len(runs.prompts), "categories": sorted(runs.prompts.category.unique()),
                            "gen_tokens": runs.spec.gen_tokens, "report_threshold": REPORT_THRESHOLD,
                            "model": Path(runs.spec.model).name}
+    if runs.notes:
+        out["not_measured"] = " ".join(runs.notes)
     metrics = ["top3_match", "first_div_median", "never_diverged", "agreement", "tf_top1", "tf_topk",
                "tf_abs_dlogprob", "tf_kl", "ppl", "delta_ppl", "delta_ppl_pct", "task_acc", "task_exact",
                "delta_task_acc", "task_tf_acc", "delta_task_tf_acc", "task_answer_logprob",

@@ -12,6 +12,7 @@ import html
 import json
 import math
 import os
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -182,6 +183,10 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     t0 = time.perf_counter()
+    from fp8lab.degrade import notebook_for
+
+    # a study this device cannot answer (no native FP8 KV kernel) runs reduced: it says what was not measured and why
+    notebook = notebook_for(notebook, params, Path(tempfile.mkdtemp(prefix="fp8lab-degraded-")))
     try:
         papermill.execute_notebook(str(notebook), str(out_nb), parameters=params, cwd=str(REPO_ROOT),
                                    kernel_name=ensure_kernel(), progress_bar=progress, execution_timeout=timeout_s)
@@ -308,6 +313,8 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         origin = (f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}{dirty}, "
                   f"vLLM {where.get('vllm')}" if where else "provenance in its engines' records")
         kept = f" <small>(kept from {html.escape(e['from'])}: {html.escape(origin)})</small>" if e.get("from") else ""
+        nm = (e.get("summary") or {}).get("not_measured")  # no native FP8 kernel here (fp8lab.capability)
+        err += f"<br><small>{html.escape(str(nm))}</small>" if nm else ""
         rows.append(f"<tr><td>{link}</td><td class='{e['status']}'>{e['status']}{kept}{err}</td>"
                     f"<td>{e.get('wall_s') or ''}</td></tr>")
         if e.get("summary"):

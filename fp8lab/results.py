@@ -103,6 +103,11 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     final status is returned as it is (``extra['cached'] = True``) unless ``force``.
     """
     phase_list = _as_phases(phases)
+    from fp8lab.capability import unsupported_result
+
+    skipped = unsupported_result(spec)  # not run here and not stored: the device lacks the kernel (capability.py)
+    if skipped is not None:
+        return skipped
     desc = run_descriptor(spec, phase_list, driver, sample_interval_s)
     rd = run_dir_for(study, desc, root)
     if not force and (rd / "engine.json").exists():

@@ -1,14 +1,51 @@
 """Shared fixtures. Tiers: tests/unit (seconds, no vLLM), tests/integration (real CPU vLLM engines,
-marked slow), tests/notebooks (papermill, marked slow). GPU-only tests are marked gpu."""
+marked slow), tests/notebooks (papermill, marked slow). GPU-only tests are marked gpu. Tests that need the
+native FP8 KV kernel are marked native_fp8 and skipped, with the reason, where fp8lab.capability finds it
+absent (an AVX2-only CPU, or FP8LAB_NATIVE_FP8=0); the header says which tier ran."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from fp8lab.paths import TINY_MODEL_DIR
+from fp8lab.capability import kv_support
+from fp8lab.paths import REPO_ROOT, TINY_MODEL_DIR
+
+# fp8lab's emulated-FP8 plugin is an entry point of the installed fp8lab (pyproject.toml). An environment
+# installed before it existed lacks it: then a test-only registration (tests/plugin_dev) goes on the path
+# of every process the tests start (engine workers, notebook kernels).
+_PLUGIN_DEV = REPO_ROOT / "tests" / "plugin_dev"
+
+
+def _plugin_registered() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(e.value == "fp8lab.fp8emu:register" for e in entry_points(group="vllm.general_plugins"))
+
+
+if not _plugin_registered():  # spawned children take sys.path from their parent, other children PYTHONPATH
+    sys.path.append(str(_PLUGIN_DEV))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(_PLUGIN_DEV)) if p)
+
+
+def pytest_report_header(config) -> str:
+    s = kv_support("fp8")
+    if s.native:
+        return f"fp8lab tier: native FP8 KV kernel present ({s.backend}): native_fp8 tests run; emulated FP8 tests run"
+    return f"fp8lab tier: no native FP8 KV kernel ({s.reason}): native_fp8 tests skipped; emulated FP8 tests run"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    s = kv_support("fp8")
+    if s.native:
+        return
+    skip = pytest.mark.skip(reason=f"needs the native FP8 KV kernel: {s.reason}")
+    for item in items:
+        if "native_fp8" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from fp8lab.results import run_cached
 from fp8lab.specs import EngineSpec, Request
 from fp8lab.workloads import text_prompt
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 STUDY = "02_calibration_test"
 

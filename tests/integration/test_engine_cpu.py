@@ -41,12 +41,14 @@ def ab_runs(tiny_model, runs_root):
     return out
 
 
+@pytest.mark.native_fp8
 def test_both_dtypes_ran(ab_runs):
     for dt, res in ab_runs.items():
         assert res.status == "ok", (dt, res.error, res.log_tail[-2000:])
         assert res.engine["kv_cache_dtype"] == dt
 
 
+@pytest.mark.native_fp8
 def test_fp8_doubles_capacity_for_the_same_budget(ab_runs):
     auto, fp8 = ab_runs["auto"].engine, ab_runs["fp8"].engine
     assert auto["kv_budget_bytes"] == fp8["kv_budget_bytes"] == int(KV_GIB * 2**30)
@@ -54,6 +56,7 @@ def test_fp8_doubles_capacity_for_the_same_budget(ab_runs):
     assert ratio == pytest.approx(2.0, rel=0.02)
 
 
+@pytest.mark.native_fp8
 def test_formula_predicts_engine_capacity(ab_runs, tiny_model):
     layout = kvmath.load_layout(tiny_model)
     for dt, res in ab_runs.items():
@@ -62,6 +65,7 @@ def test_formula_predicts_engine_capacity(ab_runs, tiny_model):
         assert abs(predicted - e["num_blocks"]) <= 0.01 * e["num_blocks"], (dt, predicted, e["num_blocks"])
 
 
+@pytest.mark.native_fp8
 def test_timings_present_and_sane(ab_runs):
     for res in ab_runs.values():
         main = res.records[res.records.phase == "main"]
@@ -76,6 +80,7 @@ def test_timings_present_and_sane(ab_runs):
         assert res.phases["main"]["output_tokens"] == 4 * N_OUT
 
 
+@pytest.mark.native_fp8
 def test_greedy_outputs_deterministic_within_engine(ab_runs):
     for res in ab_runs.values():
         main = res.records[res.records.phase == "main"]
@@ -83,6 +88,7 @@ def test_greedy_outputs_deterministic_within_engine(ab_runs):
         assert all(list(ids) == first for ids in main.output_token_ids)
 
 
+@pytest.mark.native_fp8
 def test_completed_run_is_loaded_not_rerun(ab_runs, tiny_model):
     res = ab_runs["auto"]
     again = load(res.run_dir)
@@ -91,10 +97,12 @@ def test_completed_run_is_loaded_not_rerun(ab_runs, tiny_model):
     assert again.provenance["vllm"] and again.provenance["fp8lab_commit"]
 
 
+@pytest.mark.native_fp8
 def test_no_processes_left_behind(ab_runs):
     assert _children() == []
 
 
+@pytest.mark.native_fp8
 def test_impossible_max_model_len_is_a_clear_failure(tiny_model, tmp_path):
     # 16 MiB of fp8 KV holds 16*2**20 / (128*1536) = 85 blocks = 10880 tokens; a 32768-token
     # sequence cannot fit, so vLLM refuses to start and the run comes back as a record, not a crash.

@@ -14,7 +14,7 @@ import pytest
 
 from fp8lab import longctx as lc
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 KV_GIB = 0.0045
 

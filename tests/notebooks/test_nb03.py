@@ -9,7 +9,7 @@ import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
 
@@ -56,3 +56,12 @@ def test_roundtrip_numbers(nb03):
         assert s[f"roundtrip.{t}.e4m3.rtz.scale_1.0.mag_bias"] < 0  # truncation shrinks values
         assert s[f"roundtrip.{t}.e5m2.rne.scale_1.0.rel_err"] > rne
     assert s["attn_sim.e4m3.rtz.noq.out_rel_err"] > s["attn_sim.e4m3.rne.noq.out_rel_err"] > 0
+
+
+def test_emulated_fp8_agrees_with_native(nb03):
+    """Section 5b: the emulated fp8 engine against the native one on the same teacher-forced prompts."""
+    _, s = nb03
+    assert s["emulation_vs_native.fp8.positions"] > 100
+    assert s["emulation_vs_native.fp8.top1_agreement"] >= 0.99
+    assert s["emulation_vs_native.fp8.max_abs_dlogprob"] < s["emulation_vs_native.fp8.native_vs_auto_max_abs_dlogprob"]
+    assert "Emulated vs native `fp8`" in s["emulation_vs_native"]

@@ -1,0 +1,56 @@
+"""Notebooks on a device without the native FP8 KV kernel, forced here with ``FP8LAB_NATIVE_FP8=0`` (read by
+fp8lab.capability only): Study 01 (a speed study) runs reduced and says what was not measured and why, with
+the formula's predicted capacities; Study 03 (a numerical study) runs its fp8 configuration emulated,
+labelled ``fp8 (emulated)``, never mixed with native results. These run on every machine."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fp8lab.capability import NATIVE_FP8_ENV
+from fp8lab.paths import NOTEBOOKS_DIR
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def no_native_fp8():
+    old = os.environ.get(NATIVE_FP8_ENV)
+    os.environ[NATIVE_FP8_ENV] = "0"  # the notebook kernels and their engine workers inherit it
+    yield
+    if old is None:
+        os.environ.pop(NATIVE_FP8_ENV, None)
+    else:
+        os.environ[NATIVE_FP8_ENV] = old
+
+
+def test_nb01_says_what_was_not_measured(no_native_fp8, run_cpu_tiny, model_overrides):
+    params, s = run_cpu_tiny(NOTEBOOKS_DIR / "01_kv_dtype_auto_vs_fp8.ipynb", model_overrides)
+    assert s["degraded"] is True
+    assert (
+        s["not_measured"].startswith("Not measured: the serving throughput")
+        and "FP8LAB_NATIVE_FP8=0" in s["not_measured"]
+    )
+    assert s["fp8.status"] == "unsupported" and "switched off" in s["fp8.unsupported_reason"]
+    assert s["auto.status"] == "not run"
+    # the formula, marked predicted: 128-token blocks of 6 layers x 2 KV heads x 64 x 2 (K, V) x 2 bytes (auto), 1 (fp8)
+    budget = int(params["KV_CACHE_GIB"] * 2**30)
+    assert s["auto.predicted_num_blocks"] == budget // (128 * 3072) > 0
+    assert s["fp8.predicted_num_blocks"] == budget // (128 * 1536)
+    assert not any(k.startswith("fp8.") and k.endswith(("tok_s", "ttft_ms")) for k in s)  # nothing measured
+
+
+def test_nb03_runs_fp8_emulated(no_native_fp8, run_cpu_tiny, model_overrides):
+    _, s = run_cpu_tiny(
+        NOTEBOOKS_DIR / "03_quality_token_match.ipynb", {**model_overrides, "KV_DTYPES": ["auto", "fp8"]}
+    )
+    emu = "fp8 (emulated)"
+    assert s["labels"] == ["auto", emu]
+    assert s[f"{emu}.status"] == "ok" and not any(k.startswith("fp8.") for k in s)  # never mixed with native
+    assert "ran emulated" in s["not_measured"] and "FP8LAB_NATIVE_FP8=0" in s["not_measured"]
+    # an FP8-sized perturbation: some logprob moved, top-1 agreement still high
+    assert s[f"{emu}.tf_abs_dlogprob"] > 0 and 0.9 <= s[f"{emu}.tf_top1"] <= 1.0
+    assert s["auto.rerun_max_abs_dlogprob"] == 0.0
+    assert s["emulation_vs_native"].startswith("Emulated vs native FP8: not compared here")
