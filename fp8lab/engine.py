@@ -11,6 +11,7 @@ goes on with its next configuration. Bad specs never reach this point: they fail
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing as mp
 import os
 import pickle
@@ -190,6 +191,44 @@ def validate_phases(spec: EngineSpec, phases: Sequence[Phase], driver: str, env:
                                 f"at most max_model_len = {limit} (phase {p.name!r}, request {i})")
 
 
+def _sizes(sizes: list[int]) -> str:
+    """``[32, 64, ..., 4096]`` -> ``multiples of 32``; otherwise the list."""
+    if sizes and all(b == sizes[0] * (i + 1) for i, b in enumerate(sizes)) and len(sizes) > 4:
+        return f"multiples of {sizes[0]}"
+    return " | ".join(map(str, sizes[:16])) + (" | ..." if len(sizes) > 16 else "")
+
+
+def unsupported_by_vllm(spec: EngineSpec) -> str | None:
+    """Why the installed vLLM would refuse ``spec`` before building an engine, asked of vLLM itself
+    (:func:`fp8lab.vllm_options.cached_engine_choices`: its ``CacheDType`` and the attention backend's
+    ``supports_block_size``), or None. The backend is the one named in the spec, else the one this platform always
+    uses (``CPU_ATTN``, ``CPU_MLA`` for MLA models, on CPU); on a GPU without a named backend vLLM picks one per
+    model, so only the dtype is checked here and the rest is left to the engine."""
+    from fp8lab.vllm_options import cached_engine_choices
+
+    info = cached_engine_choices()
+    if not info:
+        return None
+    v = f"vLLM {info['version']} ({info['platform']})"
+    if spec.kv_cache_dtype not in info["kv_cache_dtypes"]:
+        return (f"EngineSpec.kv_cache_dtype = {spec.kv_cache_dtype!r}: not a cache dtype of {v}; it offers "
+                + " | ".join(info["kv_cache_dtypes"]))
+    name = spec.attention_backend or info.get("default_backend")
+    if name == "CPU_ATTN" and not spec.attention_backend:
+        cfg = Path(spec.model) / "config.json"
+        try:
+            c = json.loads(cfg.read_text(encoding="utf-8")) if cfg.is_file() else {}
+        except ValueError:
+            c = {}
+        if c.get("text_config", c).get("kv_lora_rank") is not None:
+            name = "CPU_MLA"
+    backend = info["backends"].get(name or "")
+    if backend and spec.block_size is not None and spec.block_size not in backend["block_sizes"]:
+        return (f"EngineSpec.block_size = {spec.block_size}: the {name} attention backend of {v} takes block sizes "
+                f"{_sizes(backend['block_sizes'])} (its supports_block_size)")
+    return None
+
+
 def _kill_group(pid: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -255,6 +294,13 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
         phases = [Phase("main", tuple(phases))]  # type: ignore[arg-type]
     phases = list(phases)  # type: ignore[assignment]
     validate_phases(spec, phases, driver, env)  # type: ignore[arg-type]
+    refused = unsupported_by_vllm(spec)
+    if refused:  # recorded like an engine's refusal, without the engine start it would cost
+        from fp8lab.devices import provenance
+
+        return EngineResult(status="unsupported", error=refused, engine={"checked_before_start": True},
+                            records=pd.DataFrame(), samples=pd.DataFrame(), phases={},
+                            provenance=provenance(seed=spec.seed, with_torch=False), spec=spec)
     wd = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fp8lab-"))
     wd.mkdir(parents=True, exist_ok=True)
     log_path, result_path = wd / "worker.log", wd / "result.pkl"

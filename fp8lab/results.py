@@ -155,6 +155,9 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     with run_lock(rd):
         if not force and _final(rd):  # another process finished it while this one waited
             return load(rd, spec)
+        for stale in rd.parent.glob(f".{rd.name}.*-*"):  # left by a process killed mid-run (this one holds the lock)
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
         work = rd.with_name(f".{rd.name}.work-{os.getpid()}")
         res = run_engine(spec, phase_list, driver=driver, sample_interval_s=sample_interval_s, work_dir=work,
                          env=env)
