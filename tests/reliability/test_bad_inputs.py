@@ -26,8 +26,14 @@ pytestmark = pytest.mark.reliability
 
 def cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "fp8lab.cli", *args], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fp8lab.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=full_env,
+        timeout=timeout,
+    )
 
 
 def assert_clear_error(res: subprocess.CompletedProcess, *needles: str) -> None:
@@ -91,8 +97,15 @@ def test_estimate_context_past_the_kv_budget_says_so():
     assert "warning: one sequence of 40,960 tokens does not fit a KV budget of 1 GiB" in res.stderr
 
 
-@pytest.mark.parametrize("flag,value,needle", [("--memory-gib", "-1", "memory_gib"), ("--tp", "3", "tp"),
-                                               ("--kv-dtype", "fp4", "kv_dtype"), ("--block-size", "0", "block_size")])
+@pytest.mark.parametrize(
+    "flag,value,needle",
+    [
+        ("--memory-gib", "-1", "memory_gib"),
+        ("--tp", "3", "tp"),
+        ("--kv-dtype", "fp4", "kv_dtype"),
+        ("--block-size", "0", "block_size"),
+    ],
+)
 def test_estimate_other_bad_flags(flag, value, needle):
     assert_clear_error(cli("estimate", "qwen3-8b", flag, value), needle, value)
 
@@ -142,8 +155,11 @@ def test_max_model_len_not_a_length(tiny_model, value):
 def test_max_model_len_past_the_model_limit_refused_before_start(tiny_model):
     """The issue's case: 500,000 on a model whose limit is 131,072 was an `invalid` run after a 17 s start."""
     spec = EngineSpec(model=tiny_model, max_model_len=500_000, kv_cache_gib=1.0)
-    with pytest.raises(SpecError, match=r"max_model_len = 500000: at most the model's limit, "
-                                        r"max_position_embeddings = 131,072"):
+    with pytest.raises(
+        SpecError,
+        match=r"max_model_len = 500000: at most the model's limit, "
+        r"max_position_embeddings = 131,072",
+    ):
         run_engine(spec)
     # as vLLM allows, past the limit with VLLM_ALLOW_LONG_MAX_MODEL_LEN (the long-context probe uses it)
     assert check_model_limits(spec, env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}) == 500_000
@@ -198,18 +214,30 @@ def test_request_mix_whose_weights_sum_to_zero():
 
 # ------------------------------------------------------------------------------------------- profiles and -p
 def test_run_parameter_not_yaml(tmp_path):
-    assert_clear_error(cli("run", "00", "--out", str(tmp_path), "-p", "CONTEXT_LENS", "[1024, 2048"),
-                       "RunSpec.CONTEXT_LENS", "'[1024, 2048'", "a YAML value")
+    assert_clear_error(
+        cli("run", "00", "--out", str(tmp_path), "-p", "CONTEXT_LENS", "[1024, 2048"),
+        "RunSpec.CONTEXT_LENS",
+        "'[1024, 2048'",
+        "a YAML value",
+    )
 
 
 def test_run_parameter_unknown(tmp_path):
-    assert_clear_error(cli("run", "00", "--out", str(tmp_path), "-p", "KV_CACHE_GB", "2"),
-                       "RunSpec.KV_CACHE_GB = 2", "not a parameter of 00_kv_memory_estimation")
+    assert_clear_error(
+        cli("run", "00", "--out", str(tmp_path), "-p", "KV_CACHE_GB", "2"),
+        "RunSpec.KV_CACHE_GB = 2",
+        "not a parameter of 00_kv_memory_estimation",
+    )
 
 
-@pytest.mark.parametrize("name,value,needle", [("KV_DTYPES", "fp8", "a list like the notebook's default"),
-                                               ("KV_CACHE_GIB", "lots", "a number like the notebook's default 1.0"),
-                                               ("MEASURE", "3", "True or False")])
+@pytest.mark.parametrize(
+    "name,value,needle",
+    [
+        ("KV_DTYPES", "fp8", "a list like the notebook's default"),
+        ("KV_CACHE_GIB", "lots", "a number like the notebook's default 1.0"),
+        ("MEASURE", "3", "True or False"),
+    ],
+)
 def test_run_parameter_of_the_wrong_type(tmp_path, name, value, needle):
     """Caught before any notebook starts (``-p KV_DTYPES fp8`` would otherwise run the dtypes f, p, 8)."""
     res = cli("run", "00", "--out", str(tmp_path), "-p", name, value)
@@ -218,12 +246,20 @@ def test_run_parameter_of_the_wrong_type(tmp_path, name, value, needle):
 
 
 def test_run_unknown_profile_and_notebook(tmp_path):
-    assert_clear_error(cli("run", "00", "--profile", "h100", "--out", str(tmp_path)), "Profile.name = 'h100'", "cpu-tiny")
+    assert_clear_error(
+        cli("run", "00", "--profile", "h100", "--out", str(tmp_path)), "Profile.name = 'h100'", "cpu-tiny"
+    )
     assert_clear_error(cli("run", "99_nope", "--out", str(tmp_path)), "RunSpec.notebooks = '99_nope'")
 
 
-@pytest.mark.parametrize("text,needle", [("cpu-tiny:\n  params: {a: [1, 2}\nh200: {}\n", "line 2"), ("- just\n- a list\n", "mapping"),
-                                         ("cpu-tiny:\n  params: 3\n", "cpu-tiny.params")])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("cpu-tiny:\n  params: {a: [1, 2}\nh200: {}\n", "line 2"),
+        ("- just\n- a list\n", "mapping"),
+        ("cpu-tiny:\n  params: 3\n", "cpu-tiny.params"),
+    ],
+)
 def test_profiles_file_malformed(tmp_path, text, needle):
     bad = tmp_path / "profiles.yaml"
     bad.write_text(text)
@@ -239,12 +275,24 @@ def good_scale_set(tiny_model, tmp_path_factory) -> Path:
     from fp8lab.kvmath import load_layout
 
     lay = load_layout(tiny_model)
-    return export_scale_set(tiny_model, default_scale_set(lay.num_layers, lay.num_kv_heads).scaled(0.5, "half"),
-                            tmp_path_factory.mktemp("scales") / "half")
+    return export_scale_set(
+        tiny_model,
+        default_scale_set(lay.num_layers, lay.num_kv_heads).scaled(0.5, "half"),
+        tmp_path_factory.mktemp("scales") / "half",
+    )
 
 
-@pytest.mark.parametrize("bad,needle", [(float("nan"), "nan"), (float("inf"), "inf"), (0.0, "0.0"), (-1.0, "-1.0"),
-                                        ("shape", "(3,)"), ("layer", "layers")])
+@pytest.mark.parametrize(
+    "bad,needle",
+    [
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        (0.0, "0.0"),
+        (-1.0, "-1.0"),
+        ("shape", "(3,)"),
+        ("layer", "layers"),
+    ],
+)
 def test_scale_set_with_bad_scales(good_scale_set, tmp_path, tiny_model, bad, needle):
     import torch
     from safetensors.torch import load_file, save_file
@@ -268,9 +316,16 @@ def test_scale_set_with_bad_scales(good_scale_set, tmp_path, tiny_model, bad, ne
     assert needle in str(err.value)
 
 
-@pytest.mark.parametrize("content,needle", [(b"", "empty"), (b"\n  \n", "empty"), (b'{"id": 1, "cat\xff', "UTF-8"),
-                                            (b'{"id": 1}\nnot json\n', "line 2"),
-                                            (b'{"id": 1, "category": "x"}\n', "text")])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (b"", "empty"),
+        (b"\n  \n", "empty"),
+        (b'{"id": 1, "cat\xff', "UTF-8"),
+        (b'{"id": 1}\nnot json\n', "line 2"),
+        (b'{"id": 1, "category": "x"}\n', "text"),
+    ],
+)
 def test_prompt_file_empty_not_utf8_or_malformed(tmp_path, tiny_model, content, needle):
     from fp8lab.quality import load_prompt_set
 

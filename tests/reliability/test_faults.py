@@ -130,16 +130,25 @@ def test_study_killed_mid_run_resumes_and_two_reruns_share_the_store(tiny_model,
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "FP8LAB_RUNS": str(store), "FP8LAB_RELIAB_TAG": tag}
 
     def start() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(script), tiny_model], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        return subprocess.Popen(
+            [sys.executable, str(script), tiny_model],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
 
     study = start()
     a = json.loads(study.stdout.readline())
     assert a["status"] == "ok" and not a["cached"], a
     a_dir = Path(a["dir"])
     a_files = {f.name: f.read_bytes() for f in a_dir.iterdir()}
-    _wait_until(lambda: any((d / "worker.log").exists() for d in (store / "reliab").glob(".*.work-*")), 120,
-                "run B's engine worker started")
+    _wait_until(
+        lambda: any((d / "worker.log").exists() for d in (store / "reliab").glob(".*.work-*")),
+        120,
+        "run B's engine worker started",
+    )
     time.sleep(3)  # B's engine is starting up
     assert len(_tagged(tag)) >= 2  # the runner and B's worker
     study.send_signal(signal.SIGKILL)
@@ -180,9 +189,31 @@ def test_failed_notebook_rerun_keeps_the_last_good_result(tmp_path):
         shutil.copy(ref / name, out / name)
     before = {f.name: f.read_bytes() for f in out.iterdir()}
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "FP8LAB_RUNS": str(tmp_path / "runs")}
-    res = subprocess.run([sys.executable, "-m", "fp8lab.cli", "run", "00", "--profile", "cpu-tiny", "--out", str(out),
-                          "-q", "-p", "CONFIGS", '["no-such-config"]', "-p", "MEASURE", "false"],
-                         capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=900)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fp8lab.cli",
+            "run",
+            "00",
+            "--profile",
+            "cpu-tiny",
+            "--out",
+            str(out),
+            "-q",
+            "-p",
+            "CONFIGS",
+            '["no-such-config"]',
+            "-p",
+            "MEASURE",
+            "false",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=900,
+    )
     assert res.returncode == 1, (res.stdout[-2000:], res.stderr[-3000:])
     assert f"failed: {stem}" in res.stderr and "last good result in that folder is kept" in res.stderr
     for name, data in before.items():
