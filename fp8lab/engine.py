@@ -298,8 +298,8 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     if refused:  # recorded like an engine's refusal, without the engine start it would cost
         from fp8lab.devices import provenance
 
-        return EngineResult(status="unsupported", error=refused, engine={"checked_before_start": True, "run_wall_s": 0.0},
-                            records=pd.DataFrame(), samples=pd.DataFrame(), phases={},
+        return EngineResult(status="unsupported", error=refused,
+                            engine={"checked_before_start": True, "run_wall_s": 0.0}, records=pd.DataFrame(), samples=pd.DataFrame(), phases={},
                             provenance=provenance(seed=spec.seed, with_torch=False), spec=spec)
     wd = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fp8lab-"))
     wd.mkdir(parents=True, exist_ok=True)
