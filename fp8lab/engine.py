@@ -299,7 +299,8 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
         from fp8lab.devices import provenance
 
         return EngineResult(status="unsupported", error=refused,
-                            engine={"checked_before_start": True, "run_wall_s": 0.0}, records=pd.DataFrame(), samples=pd.DataFrame(), phases={},
+                            engine={"checked_before_start": True, "run_wall_s": 0.0}, records=pd.DataFrame(),
+                            samples=pd.DataFrame(), phases={},
                             provenance=provenance(seed=spec.seed, with_torch=False), spec=spec)
     wd = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fp8lab-"))
     wd.mkdir(parents=True, exist_ok=True)
