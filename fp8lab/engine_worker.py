@@ -399,6 +399,13 @@ def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(interval_s)
+        try:  # children that left the group too
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                child.kill()
+        except Exception:  # noqa: BLE001 - the group kill below still runs
+            pass
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="fp8lab-parent-watch", daemon=True).start()
