@@ -110,7 +110,8 @@ def _truthy(name: str, env: dict[str, str] | None) -> bool:
 def _hf_cache_has(repo_id: str, env: dict[str, str] | None = None) -> bool:
     """Whether the local Hugging Face cache holds a snapshot of ``repo_id`` with a ``config.json``."""
     get = lambda k: (env or {}).get(k) or os.environ.get(k)  # noqa: E731
-    hub = get("HF_HUB_CACHE") or (Path(get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
+    home = Path(get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    hub = get("HF_HUB_CACHE") or get("HUGGINGFACE_HUB_CACHE") or home / "hub"
     snaps = Path(hub) / ("models--" + repo_id.replace("/", "--")) / "snapshots"
     return snaps.is_dir() and any((d / "config.json").exists() for d in snaps.iterdir())
 

@@ -120,7 +120,8 @@ def test_hub_id_offline_is_refused_at_once(tmp_path, monkeypatch):
     """``HF_HUB_OFFLINE=1`` and an id that is not in the (empty) cache: refused before any engine starts (it took
     40 s of engine start-up before)."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
     spec = EngineSpec(model="no-such-org/no-such-model")
     with pytest.raises(SpecError, match="HF_HUB_OFFLINE is set.*not cached"):
         run_engine(spec, env={"HF_HUB_OFFLINE": "1"})
@@ -129,7 +130,14 @@ def test_hub_id_offline_is_refused_at_once(tmp_path, monkeypatch):
 def test_hub_id_with_the_hub_unreachable_is_refused_at_once(tmp_path, monkeypatch):
     """No network (a hub endpoint nothing listens on) and an uncached id: refused, naming the id."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    for var in ("HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy"):
+    for var in (
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HTTPS_PROXY",
+        "https_proxy",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     with pytest.raises(SpecError, match="no-such-org/no-such-model.*cannot be reached"):
