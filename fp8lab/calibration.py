@@ -59,6 +59,7 @@ from fp8lab.specs import (
     check_int,
     check_model_folder,
     check_tokenizer,
+    read_text,
     resolve_model,
     spec_hash,
 )
@@ -173,8 +174,8 @@ def prompt_ids(tokenizer: str, n_tokens: int | None = None, path: str | Path = C
     shipped tokenizer it is 71 tokens, see ``data/prompts/README.md``)."""
     from fp8lab.workloads import _tokenizer
 
-    ids = tuple(_tokenizer(resolve_model(tokenizer)).encode(Path(path).read_text(encoding="utf-8"),
-                                                             add_special_tokens=False))
+    text = read_text("CalibrationSpec", "prompt", path, "a non-empty UTF-8 text file")
+    ids = tuple(_tokenizer(resolve_model(tokenizer)).encode(text, add_special_tokens=False))
     if n_tokens is not None:
         check_int("CalibrationSpec", "prompt_tokens", n_tokens, 1, len(ids))
         ids = ids[:n_tokens]

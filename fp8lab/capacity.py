@@ -187,7 +187,8 @@ def _run_dirs(root: Any, scratch: Any) -> list[Any]:
     from pathlib import Path
 
     def runs_under(folder: Path) -> list[Path]:
-        return [p.parent for p in folder.rglob("engine.json") if (p.parent / "spec.json").exists()]
+        return [p.parent for p in folder.rglob("engine.json") if (p.parent / "spec.json").exists()
+                and not any(part.startswith(".") for part in p.relative_to(folder).parts)]  # not a half-written run
 
     root = Path(root)
     archives = [root] if root.is_file() else sorted(root.glob("*.tar.gz"))

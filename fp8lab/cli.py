@@ -17,24 +17,30 @@ from pathlib import Path
 from fp8lab.specs import SpecError
 
 
-def _parse_value(text: str):
+def _parse_value(name: str, text: str):
     """``-p NAME VALUE`` values are YAML (numbers, lists, null), as papermill's ``-y`` would take them."""
     import yaml
 
-    return yaml.safe_load(text)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem", None) or type(exc).__name__
+        raise SpecError("RunSpec", name, text, f"a YAML value (a number, a string, a list, null): {where}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fp8lab.report import run_profile
 
-    overrides = {name: _parse_value(value) for name, value in (args.param or [])}
+    overrides = {name: _parse_value(name, value) for name, value in (args.param or [])}
     out = Path(args.out or f"reports/{args.profile}")
     summary = run_profile(args.profile, out, args.notebooks or None, overrides, progress=not args.quiet)
-    ran = {n: e for n, e in summary["notebooks"].items() if not e.get("from")}  # not those of an earlier run
+    ran = summary["ran_now"]  # not those of an earlier run
     failed = [n for n, e in ran.items() if e["status"] != "ok"]
     print(f"fp8lab run: {len(ran) - len(failed)} ok, {len(failed)} failed -> {out / 'index.html'}")
     for n in failed:
-        print(f"  failed: {n}: {summary['notebooks'][n]['error']}", file=sys.stderr)
+        kept = " (the last good result in that folder is kept)" if summary["notebooks"][n].get("rerun_failed") else ""
+        print(f"  failed: {n}: {ran[n]['error']}{kept}; the failed notebook: {out / (n + '.failed.html')}",
+              file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -102,22 +102,87 @@ def root_cause(log: str, fallback: str | None) -> str:
     return msg[:2000]
 
 
-def _model_max_len(spec: EngineSpec) -> int | None:
+def _truthy(name: str, env: dict[str, str] | None) -> bool:
+    value = (env or {}).get(name, os.environ.get(name, ""))
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hf_cache_has(repo_id: str, env: dict[str, str] | None = None) -> bool:
+    """Whether the local Hugging Face cache holds a snapshot of ``repo_id`` with a ``config.json``."""
+    get = lambda k: (env or {}).get(k) or os.environ.get(k)  # noqa: E731
+    home = Path(get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    hub = get("HF_HUB_CACHE") or get("HUGGINGFACE_HUB_CACHE") or home / "hub"
+    snaps = Path(hub) / ("models--" + repo_id.replace("/", "--")) / "snapshots"
+    return snaps.is_dir() and any((d / "config.json").exists() for d in snaps.iterdir())
+
+
+def _hub_reachable(env: dict[str, str] | None = None, timeout_s: float = 3.0) -> bool:
+    """A TCP connection to the hub (``HF_ENDPOINT``, or through ``HTTPS_PROXY``) within ``timeout_s``."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    get = lambda k: (env or {}).get(k) or os.environ.get(k)  # noqa: E731
+    url = urlsplit(get("HTTPS_PROXY") or get("https_proxy") or get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    ok: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)  # bounds a slow DNS lookup too
+    t.start()
+    t.join(timeout_s + 0.5)
+    return bool(ok)
+
+
+def check_model_source(spec: EngineSpec, env: dict[str, str] | None = None) -> None:
+    """A hub id (no local folder) must be loadable without waiting on a network that is not there: in the local
+    Hugging Face cache, or the hub reachable and ``HF_HUB_OFFLINE`` unset. Otherwise :class:`SpecError` at once,
+    not an engine that retries downloads for a minute."""
+    if Path(spec.model).exists() or _hf_cache_has(spec.model, env):
+        return
+    if _truthy("HF_HUB_OFFLINE", env) or _truthy("TRANSFORMERS_OFFLINE", env):
+        raise SpecError("EngineSpec", "model", spec.model, "a local model folder, or a hub id already in the local "
+                        "Hugging Face cache (HF_HUB_OFFLINE is set, so nothing is downloaded; this id is not cached)")
+    if not _hub_reachable(env):
+        raise SpecError("EngineSpec", "model", spec.model, "a local model folder, or a hub id already in the local "
+                        "Hugging Face cache (this id is not cached and the hub cannot be reached from this machine: "
+                        "offline?)")
+
+
+def check_model_limits(spec: EngineSpec, env: dict[str, str] | None = None) -> int | None:
+    """``max_model_len`` against the model's own limit from its ``config.json`` (:func:`fp8lab.kvmath.model_max_len`,
+    vLLM's derivation), so a length the engine would refuse fails here, before a start. Past the limit only with
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` (in ``env`` or the environment), as vLLM itself allows. Returns the
+    sequence limit requests must fit (``max_model_len`` when given, else the model's), or None."""
+    from fp8lab import kvmath
+
     cfg = Path(spec.model) / "config.json"
     if not cfg.is_file():
-        return None
-    d = json.loads(cfg.read_text())
-    d = d.get("text_config", d)
-    return d.get("max_position_embeddings")
+        return spec.max_model_len if spec.max_model_len not in (None, -1) else None
+    limit, source = kvmath.model_max_len(cfg)  # a config that is not JSON / not UTF-8 raises SpecError
+    if spec.max_model_len in (None, -1):
+        return limit
+    if limit is not None and spec.max_model_len > limit and not _truthy("VLLM_ALLOW_LONG_MAX_MODEL_LEN", env):
+        raise SpecError("EngineSpec", "max_model_len", spec.max_model_len,
+                        f"at most the model's limit, {source} (from {cfg}), or None; "
+                        "past it only with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's env")
+    return spec.max_model_len
 
 
-def validate_phases(spec: EngineSpec, phases: Sequence[Phase], driver: str) -> None:
-    """Cross-field checks that need the spec and the requests together, before any engine starts."""
+def validate_phases(spec: EngineSpec, phases: Sequence[Phase], driver: str, env: dict[str, str] | None = None) -> None:
+    """Cross-field checks that need the spec, its model and the requests together, before any engine starts."""
     check_choice(spec, "driver", driver, Driver)
     names = [p.name for p in phases]
     if len(set(names)) != len(names):
         raise SpecError("Phase", "name", names, "distinct names within one run")
-    limit = spec.max_model_len if spec.max_model_len not in (None, -1) else _model_max_len(spec)
+    check_model_source(spec, env)
+    limit = check_model_limits(spec, env)
     for p in phases:
         if driver == "llm" and p.concurrency is not None:
             raise SpecError("Phase", "concurrency", p.concurrency, "None with the 'llm' driver (use driver='async')")
@@ -125,6 +190,44 @@ def validate_phases(spec: EngineSpec, phases: Sequence[Phase], driver: str) -> N
             if limit is not None and r.prompt_len + r.max_tokens > limit:
                 raise SpecError("Request", "prompt_len + max_tokens", r.prompt_len + r.max_tokens,
                                 f"at most max_model_len = {limit} (phase {p.name!r}, request {i})")
+
+
+def _sizes(sizes: list[int]) -> str:
+    """``[32, 64, ..., 4096]`` -> ``multiples of 32``; otherwise the list."""
+    if sizes and all(b == sizes[0] * (i + 1) for i, b in enumerate(sizes)) and len(sizes) > 4:
+        return f"multiples of {sizes[0]}"
+    return " | ".join(map(str, sizes[:16])) + (" | ..." if len(sizes) > 16 else "")
+
+
+def unsupported_by_vllm(spec: EngineSpec) -> str | None:
+    """Why the installed vLLM would refuse ``spec`` before building an engine, asked of vLLM itself
+    (:func:`fp8lab.vllm_options.cached_engine_choices`: its ``CacheDType`` and the attention backend's
+    ``supports_block_size``), or None. The backend is the one named in the spec, else the one this platform always
+    uses (``CPU_ATTN``, ``CPU_MLA`` for MLA models, on CPU); on a GPU without a named backend vLLM picks one per
+    model, so only the dtype is checked here and the rest is left to the engine."""
+    from fp8lab.vllm_options import cached_engine_choices
+
+    info = cached_engine_choices()
+    if not info:
+        return None
+    v = f"vLLM {info['version']} ({info['platform']})"
+    if spec.kv_cache_dtype not in info["kv_cache_dtypes"]:
+        return (f"EngineSpec.kv_cache_dtype = {spec.kv_cache_dtype!r}: not a cache dtype of {v}; it offers "
+                + " | ".join(info["kv_cache_dtypes"]))
+    name = spec.attention_backend or info.get("default_backend")
+    if name == "CPU_ATTN" and not spec.attention_backend:
+        cfg = Path(spec.model) / "config.json"
+        try:
+            c = json.loads(cfg.read_text(encoding="utf-8")) if cfg.is_file() else {}
+        except ValueError:
+            c = {}
+        if c.get("text_config", c).get("kv_lora_rank") is not None:
+            name = "CPU_MLA"
+    backend = info["backends"].get(name or "")
+    if backend and spec.block_size is not None and spec.block_size not in backend["block_sizes"]:
+        return (f"EngineSpec.block_size = {spec.block_size}: the {name} attention backend of {v} takes block sizes "
+                f"{_sizes(backend['block_sizes'])} (its supports_block_size)")
+    return None
 
 
 def _kill_group(pid: int) -> None:
@@ -150,6 +253,33 @@ def _reap_descendants(pid: int) -> None:
         pass
 
 
+def _oom_kill_count() -> int | None:
+    """The kernel's count of OOM kills in this process's memory cgroup (v2 ``memory.events``, v1
+    ``memory.oom_control``), or None where neither can be read."""
+    for f in (Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control")):
+        try:
+            m = re.search(r"^oom_kill (\d+)", f.read_text(), flags=re.MULTILINE)
+        except OSError:
+            continue
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _killed_cause(signum: int, oom_kills_before: int | None) -> tuple[Status, str]:
+    """Status and message of a worker that a signal ended before it could write its own failure."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    after = _oom_kill_count()
+    if signum == signal.SIGKILL and oom_kills_before is not None and after is not None and after > oom_kills_before:
+        return "oom", (f"worker killed by {name}: the kernel's OOM killer (the memory cgroup's oom_kill count went "
+                       f"{oom_kills_before} -> {after}); host memory ran out")
+    hint = " (the kernel's OOM killer sends SIGKILL too: see dmesg)" if signum == signal.SIGKILL else ""
+    return "error", f"worker killed by {name} before finishing{hint}"
+
+
 def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (), *, driver: Driver = "llm",
                sample_interval_s: float = 0.25, work_dir: str | Path | None = None,
                env: dict[str, str] | None = None) -> EngineResult:
@@ -164,12 +294,20 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     if phases and isinstance(phases[0], Request):
         phases = [Phase("main", tuple(phases))]  # type: ignore[arg-type]
     phases = list(phases)  # type: ignore[assignment]
-    validate_phases(spec, phases, driver)  # type: ignore[arg-type]
+    validate_phases(spec, phases, driver, env)  # type: ignore[arg-type]
     from fp8lab.capability import unsupported_result
 
     skipped = unsupported_result(spec)  # a KV dtype this device cannot run: recorded, no engine started
     if skipped is not None:
         return skipped
+    refused = unsupported_by_vllm(spec)
+    if refused:  # recorded like an engine's refusal, without the engine start it would cost
+        from fp8lab.devices import provenance
+
+        return EngineResult(status="unsupported", error=refused,
+                            engine={"checked_before_start": True, "run_wall_s": 0.0}, records=pd.DataFrame(),
+                            samples=pd.DataFrame(), phases={},
+                            provenance=provenance(seed=spec.seed, with_torch=False), spec=spec)
     wd = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fp8lab-"))
     wd.mkdir(parents=True, exist_ok=True)
     log_path, result_path = wd / "worker.log", wd / "result.pkl"
@@ -184,6 +322,7 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     proc = ctx.Process(target=engine_worker.entry, name="fp8lab-engine",
                        args=(str(log_path), spec.to_dict(), payload, options, str(result_path)))
     t0 = time.perf_counter()
+    oom_kills = _oom_kill_count()
     proc.start()
     proc.join(timeout=spec.timeout_s)
     timed_out = proc.is_alive()
@@ -209,6 +348,8 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     error = raw.get("error")
     if timed_out:
         status, error = "timeout", f"no result within timeout_s = {spec.timeout_s} s"
+    elif (proc.exitcode or 0) < 0 and status == "running":  # killed by a signal, not a failure it could report
+        status, error = _killed_cause(-proc.exitcode, oom_kills)
     elif status in ("running", "error") or not raw:
         exc_text = error or f"worker exited with code {proc.exitcode} before finishing"
         error = root_cause(log, exc_text) if log else exc_text

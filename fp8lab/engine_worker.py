@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import pickle
+import signal
 import statistics
 import sys
 import threading
@@ -391,9 +392,31 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
         sys.stderr.flush()
 
 
+def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
+    """Kill this worker's process group (the engine and its children) once ``parent`` is gone: a caller killed
+    by SIGKILL cannot clean up, and an orphaned engine would hold memory and devices until it finished."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        try:  # children that left the group too
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                child.kill()
+        except Exception:  # noqa: BLE001 - the group kill below still runs
+            pass
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="fp8lab-parent-watch", daemon=True).start()
+
+
 def entry(log_path: str, spec: dict[str, Any], phases: list[dict[str, Any]], options: dict[str, Any],
           result_path: str) -> None:
     """Spawn target: send this process's (and its children's) stdout/stderr to ``log_path``."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()  # so the caller can kill the whole engine tree by process group
+        _die_with_parent(os.getppid())
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

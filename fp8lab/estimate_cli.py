@@ -88,6 +88,14 @@ def estimate(
     """The figures ``fp8lab estimate`` prints, as a dict (bytes, tokens; per TP rank)."""
     cfg_file = kvmath.config_path(path)
     lay = kvmath.load_layout(cfg_file)
+    limit, source = kvmath.model_max_len(cfg_file)
+    if context_len is not None and limit is not None and context_len > limit:
+        raise SpecError(
+            "estimate",
+            "context_len",
+            context_len,
+            f"an integer in [1, {limit:,}]: the model's limit ({source} in {cfg_file})",
+        )
     per_token = kvmath.kv_bytes_per_token(lay, kv_dtype, tp)
     out: dict[str, Any] = {
         "model": lay.name,
@@ -130,6 +138,12 @@ def estimate(
             out["max_concurrency"] = kvmath.max_concurrency(
                 lay, budget, context_len, block_size, kv_dtype, tp, hybrid_kv_cache_manager
             )
+            if out["max_concurrency"] == 0:
+                out["warning"] = (
+                    f"one sequence of {context_len:,} tokens does not fit a KV budget of {memory_gib:g} GiB "
+                    f"({blocks:,} blocks = {blocks * block_size:,} tokens): vLLM would refuse to start with "
+                    f"max_model_len = {context_len:,}"
+                )
     return out
 
 
@@ -184,6 +198,8 @@ def run_estimate(args: argparse.Namespace) -> int:
         print(f"fp8lab estimate: error: {args.path}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(json.dumps(result, indent=2) if args.json else format_table(result))
+    if result.get("warning"):
+        print(f"fp8lab estimate: warning: {result['warning']}", file=sys.stderr)
     return 0
 
 

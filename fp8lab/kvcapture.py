@@ -199,4 +199,25 @@ def read_kv_scales(model_path: str, reduce: str = "none") -> dict[int, tuple[tor
     return out
 
 
-__all__ = ["CAPTURE_ATTN", "KVCapture", "capture_kv", "kv_cache_scheme", "read_kv_scales"]
+def check_kv_scales(model_path: str) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`read_kv_scales`, checked before any engine loads them: one ``k_scale`` and ``v_scale`` per attention
+    layer of the model's config, each of ``1`` (per tensor) or ``num_key_value_heads`` values, all finite and > 0
+    (a NaN, infinite, zero or negative scale would turn the cache into NaN or zeros without an error)."""
+    scales = read_kv_scales(model_path)
+    cfg = json.loads((Path(resolve_model(model_path)) / "config.json").read_text(encoding="utf-8"))
+    c = cfg.get("text_config", cfg)
+    n_layers, kv_heads = c.get("num_hidden_layers"), c.get("num_key_value_heads") or c.get("num_attention_heads")
+    where = f"check_kv_scales({Path(model_path).name})"
+    if isinstance(n_layers, int) and sorted(scales) != list(range(n_layers)):
+        raise SpecError(where, "layers", sorted(scales), f"scales for each of the model's {n_layers} layers 0..{n_layers - 1}")
+    for layer, pair in scales.items():
+        for name, t in zip(("k_scale", "v_scale"), pair, strict=True):
+            if t.numel() not in (1, kv_heads):
+                raise SpecError(where, f"layer {layer} {name}", tuple(t.shape), f"1 value (per tensor) or {kv_heads} (per KV head)")
+            bad = t[~(torch.isfinite(t) & (t > 0))]
+            if bad.numel():
+                raise SpecError(where, f"layer {layer} {name}", float(bad[0]), "finite scales > 0")
+    return scales
+
+
+__all__ = ["CAPTURE_ATTN", "KVCapture", "capture_kv", "check_kv_scales", "kv_cache_scheme", "read_kv_scales"]

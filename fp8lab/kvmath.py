@@ -186,6 +186,10 @@ def load_config(src: Mapping[str, Any] | str | Path) -> dict[str, Any]:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise _fail("path", str(path), f"valid JSON (line {err.lineno}: {err.msg})") from None
+    except UnicodeDecodeError as err:
+        raise _fail(
+            "path", str(path), f"a UTF-8 text file (byte {err.start} is {err.object[err.start]:#04x})"
+        ) from None
     if not isinstance(cfg, dict):
         raise _fail("path", str(path), "a JSON object at the top level")
     return cfg
@@ -278,6 +282,51 @@ def _layer_kinds(c: Mapping[str, Any], n: int, model_type: str) -> tuple[tuple[s
         else:
             kinds = ("sliding",) * n
     return kinds, (window if "sliding" in kinds else None)
+
+
+#: Config keys that bound a model's sequence length, as vLLM reads them (``derive_max_model_len_and_key``
+#: in vllm/transformers_utils/model_arch_config_convertor.py, 0.32.0): the smallest one present wins.
+MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+#: RoPE types whose ``factor`` vLLM does not apply again (their ``max_position_embeddings`` is already scaled).
+_ROPE_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def model_max_len(config: Mapping[str, Any] | str | Path) -> tuple[int | None, str | None]:
+    """``(limit, source)``: the longest sequence (tokens) the model's config allows, derived as vLLM 0.32
+    does (``_get_and_verify_max_len`` in vllm/config/model.py): the smallest of :data:`MAX_LEN_KEYS`
+    (``model_max_length`` taking precedence), times the RoPE scaling ``factor`` unless the RoPE type is
+    one whose positions are already scaled (YaRN, llama3, longrope) or the model is a Gemma 3.
+    ``(None, None)`` when the config names no length (vLLM then assumes 2048 or takes the user's)."""
+    cfg = load_config(config)
+    c = text_config(cfg)
+    best, key = None, None
+    for k in MAX_LEN_KEYS:
+        v = c.get(k)
+        if _is_int(v) and v > 0 and (best is None or v < best):
+            best, key = v, k
+    if _is_int(c.get("model_max_length")) and c["model_max_length"] > 0:
+        best, key = c["model_max_length"], "model_max_length"
+    if best is None:
+        return None, None
+    model_type = str(c.get("model_type") or cfg.get("model_type") or "")
+    rope = c.get("rope_scaling") or c.get("rope_parameters")
+    if isinstance(rope, Mapping) and rope and all(isinstance(v, Mapping) for v in rope.values()):
+        rope = next(iter(rope.values()))  # per-layer-type RoPE parameters (transformers 5): the same factor
+    if isinstance(rope, Mapping) and "gemma3" not in model_type:
+        rtype, factor = rope.get("rope_type") or rope.get("type"), rope.get("factor")
+        if rtype not in _ROPE_PRESCALED and isinstance(factor, (int, float)) and factor > 0 and factor != 1:
+            return int(best * factor), f"{key} = {best:,} x rope_scaling.factor {factor:g}"
+    return int(best), f"{key} = {best:,}"
 
 
 def layout_from_config(cfg: Mapping[str, Any], name: str = "config") -> KVLayout:

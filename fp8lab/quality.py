@@ -48,6 +48,7 @@ from fp8lab.specs import (
     check_int,
     check_model_folder,
     check_tokenizer,
+    read_text,
     resolve_model,
 )
 
@@ -178,7 +179,7 @@ def kv_configs(model: str, kv_dtypes: Sequence[str], scale_sets: Sequence[str] =
     """The baseline ``auto`` first (added when missing), then each kv dtype, then each scale set
     (a model folder whose ``config.json`` carries a compressed-tensors ``kv_cache_scheme``; it runs
     with ``kv_cache_dtype="fp8"``, label ``fp8+<folder name>``)."""
-    from fp8lab.kvcapture import kv_cache_scheme
+    from fp8lab.kvcapture import check_kv_scales, kv_cache_scheme
 
     model = resolve_model(model)
     dts = [BASELINE] + [d for d in kv_dtypes if d != BASELINE]
@@ -190,6 +191,7 @@ def kv_configs(model: str, kv_dtypes: Sequence[str], scale_sets: Sequence[str] =
         if kv_cache_scheme(path) is None:
             raise SpecError("QualitySpec", "scale_sets", s,
                             "model folders whose config.json has quantization_config.kv_cache_scheme (vllm-notes 4)")
+        check_kv_scales(path)  # NaN, inf, zero, negative or wrongly shaped scales fail here, not in the engine
         out.append(KVConfig(f"fp8+{Path(path).name}", path, "fp8"))
     labels = [c.label for c in out]
     if len(set(labels)) != len(labels):
@@ -293,8 +295,17 @@ def _tokenizer(path: str):
 def load_prompt_set(path: str | Path, tokenizer: str, max_per_category: int | None = None) -> pd.DataFrame:
     """The prompt set as a DataFrame: ``id, category, text, token_ids, n_tokens`` (file order; at most
     ``max_per_category`` per category, the first ones)."""
-    rows = [json.loads(ln) for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    rows = []
+    for i, ln in enumerate(read_text("PromptSet", "path", path, 'a UTF-8 JSONL file of {"id", "category", "text"}')
+                           .splitlines()):
+        if ln.strip():
+            try:
+                rows.append(json.loads(ln))
+            except ValueError as err:
+                raise SpecError("PromptSet", f"line {i + 1}", ln[:80], f"one JSON object per line ({err})") from None
     for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise SpecError("PromptSet", f"line {i + 1}", r, 'a JSON object with "id", "category", "text"')
         missing = {"id", "category", "text"} - set(r)
         if missing:
             raise SpecError("PromptSet", f"line {i + 1}", sorted(missing), 'objects with "id", "category", "text"')

@@ -58,9 +58,23 @@ def record_summary(values: dict[str, Any], path: str | Path | None = None) -> Pa
 
 # ----------------------------------------------------------------------------------------- profiles
 def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Any]:
+    """The profiles file as ``{name: profile}``; a file that is not YAML, or whose entries are not mappings,
+    raises :class:`SpecError` naming the file and the problem."""
     import yaml
 
-    return yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}: {getattr(exc, 'problem', '')})" if mark is not None else f" ({exc})"
+        raise SpecError("Profile", "file", str(path), "a UTF-8 YAML mapping of profile names" + at) from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise SpecError("Profile", "file", str(path), "a YAML mapping of profile name -> {description, params, notebooks}")
+    for name, prof in data.items():
+        for key in ("params", "notebooks"):
+            if prof.get(key) is not None and not isinstance(prof[key], dict):
+                raise SpecError("Profile", f"{name}.{key}", prof[key], "a mapping of NAME: value")
+    return data
 
 
 def load_profile(name: str, path: Path = PROFILES_FILE) -> dict[str, Any]:
@@ -90,6 +104,45 @@ def list_notebooks(names: Sequence[str] | None = None, nb_dir: Path = NOTEBOOKS_
     return out
 
 
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "True or False"
+    if isinstance(value, (int, float)):
+        return "a number" if isinstance(value, float) else "an integer"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return "a string" if isinstance(value, str) else type(value).__name__
+
+
+def check_parameter_type(where: str, name: str, value: Any, default: Any) -> None:
+    """A notebook parameter's value must have the kind of the ``parameters`` cell's own default (an integer where
+    it has an integer, a list where it has a list, ...; a float default takes an integer too; None, or a None
+    default, takes anything): else :class:`SpecError` names it, before any kernel starts. A string where a
+    list belongs (``-p KV_DTYPES fp8``) would otherwise be read letter by letter."""
+    if value is None or default is None:
+        return
+    want, got = _kind(default), _kind(value)
+    if want == got or (want == "a number" and got == "an integer"):
+        return
+    raise SpecError(where, name, value, f"{want} like the notebook's default {default!r} (or null)")
+
+
+def _defaults(notebook: Path) -> dict[str, Any]:
+    import ast
+
+    import papermill
+
+    out = {}
+    for k, v in papermill.inspect_notebook(str(notebook)).items():
+        try:
+            out[k] = ast.literal_eval(v["default"])
+        except (ValueError, SyntaxError):
+            out[k] = None  # not a literal: no type to check against
+    return out
+
+
 def parameters_for(notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile's parameters that this notebook declares (papermill would warn on the others). The shared
     ``params`` and ``overrides`` may name parameters of other notebooks; the notebook's own entry may not: a name
@@ -105,6 +158,11 @@ def parameters_for(notebook: Path, profile: dict[str, Any], overrides: dict[str,
     merged = dict(profile.get("params", {}))
     merged.update(own)
     merged.update(overrides or {})
+    defaults = _defaults(notebook)
+    for k, v in merged.items():
+        if k in declared:
+            where = "RunSpec" if k in (overrides or {}) else f"Profile.{notebook.stem}"
+            check_parameter_type(where, k, v, defaults.get(k))
     return {k: v for k, v in merged.items() if k in declared}
 
 
@@ -120,6 +178,11 @@ def check_overrides(notebooks: Sequence[Path], overrides: dict[str, Any] | None)
         if k not in declared:
             raise SpecError("RunSpec", k, v, f"not a parameter of {', '.join(nb.stem for nb in notebooks)}; allowed: "
                             + " | ".join(sorted(declared)))
+    for nb in notebooks:  # wrong kinds of value, before any notebook starts
+        defaults = _defaults(nb)
+        for k, v in overrides.items():
+            if k in defaults:
+                check_parameter_type("RunSpec", k, v, defaults[k])
 
 
 def resolved_parameters(notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -169,13 +232,22 @@ def export_html(ipynb: Path, html_path: Path) -> Path:
 
 def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress: bool = True,
                  timeout_s: int | None = None) -> dict[str, Any]:
-    """Execute one notebook with papermill, export its HTML; never raises for a failing notebook."""
+    """Execute one notebook with papermill, export its HTML; never raises for a failing notebook.
+
+    Nothing already in ``out_dir`` is replaced unless this run succeeds: the notebook and its summary are
+    written as ``.<stem>.running.*`` and renamed onto ``<stem>.ipynb`` / ``.html`` / ``.summary.json`` only
+    when it ran to its summary; a failed run is kept beside as ``<stem>.failed.ipynb`` / ``.failed.html``
+    (``entry["failed_html"]``), and the last good result stays where it was."""
     import papermill
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = notebook.stem
-    out_nb, out_html, summary_path = out_dir / f"{stem}.ipynb", out_dir / f"{stem}.html", out_dir / f"{stem}.summary.json"
-    summary_path.unlink(missing_ok=True)
+    final_nb, final_html, final_summary = (out_dir / f"{stem}.ipynb", out_dir / f"{stem}.html",
+                                           out_dir / f"{stem}.summary.json")
+    out_nb, out_html, summary_path = (out_dir / f".{stem}.running.ipynb", out_dir / f".{stem}.running.html",
+                                      out_dir / f".{stem}.running.summary.json")
+    for f in (out_nb, out_html, summary_path):
+        f.unlink(missing_ok=True)
     entry: dict[str, Any] = {"notebook": stem, "parameters": params, "status": "ok", "error": None}
     # the kernel inherits these: where to record the summary, and the report folder the notebook writes into
     # (the claims audit reads its sibling studies' summaries there)
@@ -209,6 +281,19 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
     entry["summary"] = json.loads(summary_path.read_text()) if summary_path.exists() else None
     if entry["status"] == "ok" and entry["summary"] is None:
         entry["status"], entry["error"] = "failed", "the notebook recorded no summary (record_summary was not reached)"
+    if entry["status"] == "ok":  # replace the last result only now, file by file
+        for src, dst in ((out_nb, final_nb), (out_html, final_html), (summary_path, final_summary)):
+            if src.exists():
+                os.replace(src, dst)
+        entry["html"] = final_html.name if final_html.exists() else None
+    else:
+        for src, dst in ((out_nb, out_dir / f"{stem}.failed.ipynb"), (out_html, out_dir / f"{stem}.failed.html")):
+            if src.exists():
+                os.replace(src, dst)
+        summary_path.unlink(missing_ok=True)
+        entry.pop("html", None)
+        if (out_dir / f"{stem}.failed.html").exists():
+            entry["failed_html"] = f"{stem}.failed.html"
     return entry
 
 
@@ -258,13 +343,21 @@ def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | Non
         bar.set_postfix_str(nb.stem)
         entry = run_notebook(nb, out_dir, parameters_for(nb, profile, overrides), progress=progress)
         entries.append({**entry, "ran_on": ran_on})  # kept with the entry when a later run keeps it
-    merged = {**previous_entries(out_dir, profile_name), **{e["notebook"]: e for e in entries}}
+    merged = previous_entries(out_dir, profile_name)
+    for e in entries:
+        prev = merged.get(e["notebook"])
+        if e["status"] != "ok" and prev and prev.get("status") == "ok" and prev.get("summary"):
+            # a failed rerun never replaces the last good result: keep it, and say what failed now
+            merged[e["notebook"]] = {**prev, "rerun_failed": {k: e.get(k) for k in ("error", "failed_html", "ran_on")}}
+        else:
+            merged[e["notebook"]] = e
     summary = {
         "profile": profile_name,
         "description": profile.get("description", ""),
         "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "provenance": prov,
         "notebooks": dict(sorted(merged.items())),
+        "ran_now": {e["notebook"]: {"status": e["status"], "error": e["error"]} for e in entries},  # this call's
     }
     (out_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2, sort_keys=True))
     write_index(out_dir, summary)
@@ -308,6 +401,10 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
     for name, e in summary["notebooks"].items():
         link = f'<a href="{html.escape(e["html"])}">{html.escape(name)}</a>' if e.get("html") else html.escape(name)
         err = f'<br><small>{html.escape(e["error"] or "")}</small>' if e.get("error") else ""
+        if e.get("rerun_failed"):
+            fail = e["rerun_failed"]
+            fl = f' (<a href="{html.escape(fail["failed_html"])}">failed run</a>)' if fail.get("failed_html") else ""
+            err += f'<br><small>a later rerun failed and was not kept{fl}: {html.escape(str(fail.get("error")))}</small>'
         where = e.get("ran_on") or {}
         dirty = " with uncommitted changes" if where.get("fp8lab_dirty") else ""
         origin = (f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}{dirty}, "

@@ -5,13 +5,20 @@ request), ``records.parquet`` (one row per request), ``samples.parquet`` (KV usa
 time), ``engine.json`` (status, error, per-engine and per-phase figures), ``provenance.json`` and
 ``worker.log``. A run whose status is final (ok, oom, unsupported, invalid) is loaded instead of
 re-run; ``timeout`` and ``error`` are retried. Failed runs stay on disk with their reason.
+
+A run folder appears whole or not at all: it is written as a hidden sibling (``.<run_id>.tmp-<pid>``) and
+renamed into place, so a process killed mid-write leaves no half-written run that could be loaded as
+finished; the engine works in ``.<run_id>.work-<pid>``. Hidden folders are never read as runs. One lock per
+run (``.<run_id>.lock``, ``flock``) lets two studies share a store: the second waits, then loads the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,19 +67,57 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-def save(result: EngineResult, run_dir: Path, descriptor: dict[str, Any]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.json").write_text(json.dumps(descriptor, indent=2, sort_keys=True))
-    (run_dir / "provenance.json").write_text(json.dumps(result.provenance, indent=2, default=_json_default))
-    (run_dir / "engine.json").write_text(json.dumps(
+def save(result: EngineResult, run_dir: Path, descriptor: dict[str, Any], log: Path | None = None) -> None:
+    """Write a run folder atomically: every file into ``.<run_id>.tmp-<pid>`` beside it (``engine.json``
+    last), then one rename onto ``run_dir`` (an earlier run there is moved aside first and removed after)."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir.with_name(f".{run_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    (tmp / "spec.json").write_text(json.dumps(descriptor, indent=2, sort_keys=True))
+    (tmp / "provenance.json").write_text(json.dumps(result.provenance, indent=2, default=_json_default))
+    if len(result.records):
+        result.records.to_parquet(tmp / "records.parquet", index=False)
+    if len(result.samples):
+        result.samples.to_parquet(tmp / "samples.parquet", index=False)
+    if result.log_tail:
+        (tmp / "worker.log.tail").write_text(result.log_tail)
+    if log is not None and log.exists():
+        shutil.copy(log, tmp / "worker.log")
+    (tmp / "engine.json").write_text(json.dumps(
         {"status": result.status, "error": result.error, "engine": result.engine, "phases": result.phases},
         indent=2, default=_json_default))
-    if len(result.records):
-        result.records.to_parquet(run_dir / "records.parquet", index=False)
-    if len(result.samples):
-        result.samples.to_parquet(run_dir / "samples.parquet", index=False)
-    if result.log_tail:
-        (run_dir / "worker.log.tail").write_text(result.log_tail)
+    old = run_dir.with_name(f".{run_dir.name}.old-{os.getpid()}")
+    shutil.rmtree(old, ignore_errors=True)
+    if run_dir.exists():
+        os.replace(run_dir, old)
+    os.replace(tmp, run_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path):
+    """Hold ``.<run_id>.lock`` beside ``run_dir`` (an exclusive ``flock``, released when the holder exits,
+    however it exits) while a run is checked, run and saved."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    with open(run_dir.with_name(f".{run_dir.name}.lock"), "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _final(run_dir: Path) -> bool:
+    try:
+        return json.loads((run_dir / "engine.json").read_text()).get("status") in FINAL_STATUSES
+    except (OSError, ValueError):
+        return False
 
 
 def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
@@ -110,17 +155,19 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
         return skipped
     desc = run_descriptor(spec, phase_list, driver, sample_interval_s)
     rd = run_dir_for(study, desc, root)
-    if not force and (rd / "engine.json").exists():
-        meta = json.loads((rd / "engine.json").read_text())
-        if meta.get("status") in FINAL_STATUSES:
+    if not force and _final(rd):
+        return load(rd, spec)
+    with run_lock(rd):
+        if not force and _final(rd):  # another process finished it while this one waited
             return load(rd, spec)
-    work = rd / "work"
-    res = run_engine(spec, phase_list, driver=driver, sample_interval_s=sample_interval_s, work_dir=work, env=env)
-    log = work / "worker.log"
-    save(res, rd, desc)
-    if log.exists():
-        shutil.copy(log, rd / "worker.log")
-    shutil.rmtree(work, ignore_errors=True)
+        for stale in rd.parent.glob(f".{rd.name}.*-*"):  # left by a process killed mid-run (this one holds the lock)
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+        work = rd.with_name(f".{rd.name}.work-{os.getpid()}")
+        res = run_engine(spec, phase_list, driver=driver, sample_interval_s=sample_interval_s, work_dir=work,
+                         env=env)
+        save(res, rd, desc, log=work / "worker.log")
+        shutil.rmtree(work, ignore_errors=True)
     res.run_dir = rd
     return res
 
@@ -130,7 +177,7 @@ def collect(study: str, root: Path | None = None) -> Any:
     import pandas as pd
 
     rows = []
-    for rd in sorted(((root or runs_dir()) / study).glob("*/engine.json")):
+    for rd in sorted(((root or runs_dir()) / study).glob("[!.]*/engine.json")):
         meta = json.loads(rd.read_text())
         spec = json.loads((rd.parent / "spec.json").read_text())
         rows.append({"run_id": rd.parent.name, "status": meta["status"], "error": meta.get("error"),
@@ -150,7 +197,7 @@ def phase_table(study: str, root: Path | None = None) -> Any:
     from fp8lab.metrics import percentiles, throughput
 
     rows = []
-    for ej in sorted(((root or runs_dir()) / study).glob("*/engine.json")):
+    for ej in sorted(((root or runs_dir()) / study).glob("[!.]*/engine.json")):
         meta = json.loads(ej.read_text())  # not load(): the spec's model path may not exist on this machine
         rec_path = ej.parent / "records.parquet"
         rec = pd.read_parquet(rec_path) if rec_path.exists() else pd.DataFrame()

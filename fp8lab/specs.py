@@ -119,6 +119,20 @@ def check_file(obj: Any, name: str, value: str, allowed: str) -> str:
     return str(p)
 
 
+def read_text(obj: Any, name: str, path: str | Path, allowed: str = "a non-empty UTF-8 text file") -> str:
+    """The text of a prompt, corpus or data file; one that cannot be read, is not UTF-8 or holds nothing but
+    whitespace raises :class:`SpecError` naming it (``allowed`` says what the file should be)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(_name(obj), name, str(path), f"{allowed} (byte {err.start} is not UTF-8)") from None
+    except OSError as err:
+        raise SpecError(_name(obj), name, str(path), f"{allowed} ({err.strerror or err})") from None
+    if not text.strip():
+        raise SpecError(_name(obj), name, str(path), f"{allowed} (this one is empty)")
+    return text
+
+
 def _looks_like_path(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~")) or model.count("/") != 1 or Path(model).exists()
 
@@ -250,7 +264,7 @@ class Request:
 __all__ = [
     "BLOCK_SIZES", "EngineSpec", "KVDtype", "LoadFormat", "ModelDtype", "Phase", "Request", "SpecError",
     "TOKENIZER_FILES", "check_bool", "check_choice", "check_file", "check_float", "check_int", "check_model_folder",
-    "check_tokenizer", "resolve_model", "spec_hash",
+    "check_tokenizer", "read_text", "resolve_model", "spec_hash",
 ]
 
 

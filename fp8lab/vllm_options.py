@@ -62,10 +62,79 @@ def inspect_vllm() -> dict[str, Any]:
     }
 
 
+def engine_choices() -> dict[str, Any]:
+    """What the installed vLLM accepts for ``kv_cache_dtype``, ``block_size`` and head size, asked of vLLM itself
+    (never a list written here): ``kv_cache_dtypes`` (``vllm.config.cache.CacheDType``), ``platform``, ``default_backend``
+    (the attention backend this platform always uses, ``CPU_ATTN`` on CPU; None on GPUs, where it depends on the
+    model) and per importable backend its ``kv_cache_dtypes`` (``supports_kv_cache_dtype``), ``block_sizes`` (the
+    sizes 1..4096 its ``supports_block_size`` accepts) and ``head_sizes``."""
+    from typing import get_args
+
+    import vllm
+    from vllm.config.cache import CacheDType
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    dtypes = list(get_args(CacheDType))
+    backends: dict[str, Any] = {}
+    for member in AttentionBackendEnum:
+        try:
+            cls = member.get_class()
+            backends[member.name] = {
+                "kv_cache_dtypes": [d for d in dtypes if cls.supports_kv_cache_dtype(d)],
+                "block_sizes": [b for b in range(1, 4097) if cls.supports_block_size(b)],
+                "head_sizes": list(cls.get_supported_head_sizes() or []),
+            }
+        except Exception:  # noqa: BLE001 - a backend this build cannot import is not offered
+            continue
+    return {"version": vllm.__version__, "platform": current_platform.device_type, "kv_cache_dtypes": dtypes,
+            "default_backend": "CPU_ATTN" if current_platform.is_cpu() and "CPU_ATTN" in backends else None,
+            "backends": backends}
+
+
+def cached_engine_choices(timeout_s: float = 600.0) -> dict[str, Any] | None:
+    """:func:`engine_choices`, asked once per vLLM installation in a subprocess (this process never imports vLLM) and
+    kept in ``~/.cache/fp8lab/`` (``$FP8LAB_CACHE``) under a key of the interpreter and vLLM's install; None when
+    vLLM is not installed or cannot answer (then nothing is checked ahead of the engine)."""
+    import hashlib
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.origin:
+        return None
+    init = Path(spec.origin)
+    key = hashlib.sha256(f"{sys.executable}|{init}|{init.stat().st_mtime_ns}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("FP8LAB_CACHE") or Path.home() / ".cache" / "fp8lab") / f"vllm-choices-{key}.json"
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        pass
+    try:
+        out = subprocess.run([sys.executable, "-m", "fp8lab.vllm_options", "--choices"], capture_output=True,
+                             text=True, timeout=timeout_s, check=True).stdout
+        info = json.loads(out.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        return None
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, cache)
+    return info
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--out", help="JSON file to write")
+    ap.add_argument("--choices", action="store_true", help="print engine_choices() as one JSON line and exit")
     args = ap.parse_args(argv)
+    if args.choices:
+        print(json.dumps(engine_choices()))
+        return 0
+    if not args.out:
+        ap.error("--out is required")
     info = inspect_vllm()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(info, indent=1))

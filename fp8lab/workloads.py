@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from fp8lab.paths import TEXT_DIR
-from fp8lab.specs import Request, SpecError, check_choice, check_float, check_int
+from fp8lab.specs import Request, SpecError, check_choice, check_float, check_int, read_text
 
 HELDOUT_DIR = TEXT_DIR / "heldout"
 
@@ -64,7 +64,7 @@ def parse_mix(mix: Sequence[Sequence] | Sequence[RequestClass]) -> tuple[Request
 # ------------------------------------------------------------------------------------------- text
 def heldout_documents(text_dir: Path = HELDOUT_DIR) -> list[tuple[str, str]]:
     """(name, text) of every held-out document, in a fixed order."""
-    return [(p.stem, p.read_text(encoding="utf-8")) for p in sorted(Path(text_dir).glob("*.txt"))]
+    return [(p.stem, read_text("Workload", "text", p, "a UTF-8 text document")) for p in sorted(Path(text_dir).glob("*.txt"))]
 
 
 @lru_cache(maxsize=4)

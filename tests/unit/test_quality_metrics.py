@@ -231,6 +231,11 @@ def test_scale_set_becomes_an_fp8_config(fake_model, tmp_path_factory):
     cfg = {"model_type": "qwen3", "quantization_config": {"quant_method": "compressed-tensors", "kv_cache_scheme": {
         "num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}}
     (sset / "config.json").write_text(json.dumps(cfg))
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({f"model.layers.0.self_attn.{n}": torch.ones(1) for n in ("k_scale", "v_scale")},
+              str(sset / "kv_scales.safetensors"))  # kv_configs checks the scales themselves too
     configs = q.kv_configs(fake_model, ["auto", "fp8"], [str(sset)])
     assert configs[-1].label == f"fp8+{sset.name}" and configs[-1].kv_cache_dtype == "fp8"
     assert configs[-1].model == str(sset)

@@ -1,0 +1,65 @@
+"""The results store under faults that need no engine: a half-written run (what a kill mid-write leaves) is never
+read as a run, a run is replaced whole, and the per-run lock excludes a second writer."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from fp8lab.capacity import _run_dirs
+from fp8lab.engine import EngineResult
+from fp8lab.results import _final, collect, phase_table, run_lock, save
+
+pytestmark = pytest.mark.reliability
+
+
+def _result(status: str = "ok", tokens: int = 5) -> EngineResult:
+    return EngineResult(
+        status=status,
+        error=None if status == "ok" else "boom",
+        engine={"kv_cache_dtype": "auto", "num_blocks": 10},
+        records=pd.DataFrame({"phase": ["main"], "output_tokens": [tokens]}),
+        samples=pd.DataFrame(),
+        phases={"main": {"wall_s": 1.0, "requests": 1, "prompt_tokens": 3, "output_tokens": tokens}},
+        provenance={"vllm": "x"},
+    )
+
+
+DESC = {"engine": {"model": "m", "kv_cache_dtype": "auto"}}
+
+
+def test_half_written_runs_are_never_read_as_runs(tmp_path):
+    """What a process killed inside ``save`` or mid-run leaves: hidden ``.<id>.tmp-<pid>`` / ``.<id>.work-<pid>``
+    folders, even ones that already hold ``engine.json``. No reader of the store takes them for runs."""
+    save(_result(), tmp_path / "study" / "good", DESC)
+    for partial in (".bad.tmp-123", ".bad.work-123"):
+        shutil.copytree(tmp_path / "study" / "good", tmp_path / "study" / partial)
+    assert list(collect("study", tmp_path).run_id) == ["good"]
+    assert set(phase_table("study", tmp_path).run_id) == {"good"}
+    assert [d.name for d in _run_dirs(tmp_path, tmp_path / "scratch")] == ["good"]
+    assert not _final(tmp_path / "study" / "bad")
+
+
+def test_a_run_is_replaced_whole(tmp_path):
+    rd = tmp_path / "study" / "r1"
+    save(_result("error", tokens=2), rd, DESC)
+    (rd / "stray.txt").write_text("from the earlier attempt")
+    save(_result("ok", tokens=7), rd, DESC)
+    assert json.loads((rd / "engine.json").read_text())["status"] == "ok"
+    assert pd.read_parquet(rd / "records.parquet").output_tokens.tolist() == [7]
+    assert not (rd / "stray.txt").exists()  # nothing of the earlier attempt mixed in
+    assert sorted(p.name for p in (tmp_path / "study").iterdir()) == ["r1"]  # no temporary folders left
+
+
+def test_run_lock_excludes_a_second_writer(tmp_path):
+    rd = tmp_path / "study" / "r1"
+    with run_lock(rd):
+        with open(rd.with_name(".r1.lock"), "a+") as other:  # another open file: another writer
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(rd.with_name(".r1.lock"), "a+") as other:  # released on exit
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
