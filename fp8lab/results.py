@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,6 +76,25 @@ def save(result: EngineResult, run_dir: Path, descriptor: dict[str, Any]) -> Non
         (run_dir / "worker.log.tail").write_text(result.log_tail)
 
 
+#: Set by ``fp8lab run`` for each notebook: a file to which every engine run the notebook loads or runs appends
+#: one JSON line (its folder and provenance), so the report says on what device and vLLM the runs it shows ran.
+RUNS_LOG_ENV = "FP8LAB_RUNS_LOG"
+PROVENANCE_KEYS = ("device", "vllm", "torch", "driver", "date_utc", "fp8lab_commit")
+
+
+def note_run(run_dir: Path | str, provenance: dict[str, Any] | None, status: str | None = None) -> None:
+    """Append ``run_dir`` and its provenance to ``$FP8LAB_RUNS_LOG`` when set (a no-op otherwise)."""
+    log = os.environ.get(RUNS_LOG_ENV)
+    if not log:
+        return
+    line = {"run_dir": str(run_dir), "status": status, **{k: (provenance or {}).get(k) for k in PROVENANCE_KEYS}}
+    try:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, default=str) + "\n")
+    except OSError:
+        pass
+
+
 def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
     """Read a stored run back into an :class:`EngineResult`."""
     import pandas as pd
@@ -84,13 +104,14 @@ def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
     rec, smp = run_dir / "records.parquet", run_dir / "samples.parquet"
     if spec is None and (run_dir / "spec.json").exists():
         spec = EngineSpec.from_dict(json.loads((run_dir / "spec.json").read_text())["engine"])
+    prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
+    note_run(run_dir, prov, meta["status"])
     return EngineResult(
         status=meta["status"], error=meta.get("error"), engine=meta.get("engine", {}),
         records=pd.read_parquet(rec) if rec.exists() else pd.DataFrame(),
         samples=pd.read_parquet(smp) if smp.exists() else pd.DataFrame(),
         phases=meta.get("phases", {}),
-        provenance=json.loads(prov_path.read_text()) if prov_path.exists() else {},
-        spec=spec, run_dir=run_dir, extra={"cached": True},
+        provenance=prov, spec=spec, run_dir=run_dir, extra={"cached": True},
     )
 
 
@@ -117,6 +138,7 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
         shutil.copy(log, rd / "worker.log")
     shutil.rmtree(work, ignore_errors=True)
     res.run_dir = rd
+    note_run(rd, res.provenance, res.status)
     return res
 
 
