@@ -37,6 +37,7 @@ FOLD_ROWS = 30
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _FLOAT_TD = re.compile(r"(<td[^>]*>)\s*(-?\d+\.\d{5,}(?:e[-+]?\d+)?)\s*(</td>)")
 _WIDGET = "application/vnd.jupyter.widget-view+json"
+_PATH_REPR = re.compile(r"^(Posix|Windows)Path\(.*\)$")
 
 
 # ----------------------------------------------------------------------------------------------- math
@@ -189,6 +190,8 @@ def clean_outputs(outputs: list[Any]) -> list[Any]:
                 o["data"] = {**data, "text/markdown": render_math(_text(data["text/markdown"]))}
             elif set(data) <= {"text/plain"}:
                 text = _text(data.get("text/plain", ""))
+                if _PATH_REPR.match(text.strip()):  # a returned path (record_summary's): the kernel's, not the reader's
+                    continue
                 if text.count("\n") + 1 > FOLD_LINES:
                     out.append(_fold_text(text, "Output"))
                     continue

@@ -79,6 +79,9 @@ def save(result: EngineResult, run_dir: Path, descriptor: dict[str, Any]) -> Non
 #: Set by ``fp8lab run`` for each notebook: a file to which every engine run the notebook loads or runs appends
 #: one JSON line (its folder and provenance), so the report says on what device and vLLM the runs it shows ran.
 RUNS_LOG_ENV = "FP8LAB_RUNS_LOG"
+#: When set (to anything), :func:`run_cached` loads stored runs only and answers a missing one with an ``error``
+#: result instead of starting an engine (re-rendering reports from committed stores on another machine).
+STORE_ONLY_ENV = "FP8LAB_STORE_ONLY"
 PROVENANCE_KEYS = ("device", "vllm", "torch", "driver", "date_utc", "fp8lab_commit")
 
 
@@ -130,6 +133,14 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
         meta = json.loads((rd / "engine.json").read_text())
         if meta.get("status") in FINAL_STATUSES:
             return load(rd, spec)
+    if os.environ.get(STORE_ONLY_ENV):  # re-rendering reports from committed stores: never start an engine
+        import pandas as pd
+
+        res = EngineResult(status="error", error=f"not in the results store ({rd}); ${STORE_ONLY_ENV} is set, so "
+                           "no engine was started", engine={}, records=pd.DataFrame(), samples=pd.DataFrame(),
+                           phases={}, provenance={}, spec=spec, run_dir=rd)
+        note_run(rd, {}, res.status)
+        return res
     work = rd / "work"
     res = run_engine(spec, phase_list, driver=driver, sample_interval_s=sample_interval_s, work_dir=work, env=env)
     log = work / "worker.log"
