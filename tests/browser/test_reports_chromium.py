@@ -13,10 +13,9 @@ import re
 from pathlib import Path
 
 import pytest
+from browser_cdp import chromium_binary, open_page
 
 from fp8lab.paths import REPO_ROOT
-
-from browser_cdp import chromium_binary, open_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser,
               pytest.mark.skipif(chromium_binary() is None and not os.environ.get("CI"),
