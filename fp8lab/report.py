@@ -196,10 +196,9 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
             else:
                 os.environ[k] = v
     entry["wall_s"] = round(time.perf_counter() - t0, 1)
-    if runs_log.exists():
-        lines = [json.loads(x) for x in runs_log.read_text().splitlines() if x.strip()]
-        entry["runs"] = runs_provenance(lines)
-        runs_log.unlink()
+    lines = [json.loads(x) for x in runs_log.read_text().splitlines() if x.strip()] if runs_log.exists() else []
+    entry["runs"] = runs_provenance(lines)
+    runs_log.unlink(missing_ok=True)
     if out_nb.exists():
         try:
             export_html(out_nb, out_html)
