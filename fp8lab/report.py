@@ -397,6 +397,19 @@ def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
             ("KV budget", None if s.get("kv_cache_gib") is None else f"{fmt_number(s.get('kv_cache_gib'))} GiB"),
         ]
         rows += [(k.removeprefix("claim."), str(v)) for k, v in s.items() if k.startswith("claim.") and isinstance(v, str)]
+    elif stem.startswith("06_"):
+        pts = [p for p in s.get("points") or [] if isinstance(p, dict)]
+        if pts:
+            n = len(pts)
+            faster = sum(1 for p in pts if p.get("beyond_noise") and (p.get("ratio") or 1) < 1)
+            slower = sum(1 for p in pts if p.get("beyond_noise") and (p.get("ratio") or 1) > 1)
+            rows.append(("grid points (batch x context) measured by both dtypes", fmt_number(n)))
+            rows.append(("fp8 decode step faster / slower beyond noise", f"{faster} / {slower} of {n} points"))
+        if s.get("min_detectable_pct") is not None:
+            rows.append(("smallest fp8/auto change these runs resolve (median 95% CI half-width)",
+                         f"{fmt_number(s['min_detectable_pct'], 2)} %"))
+        if "capacity_exact" in s:
+            rows.append(("KV blocks as the formula predicts", fmt_number(s["capacity_exact"])))
     elif stem.endswith("claims_audit"):
         counts = s.get("verdict_counts") or {}
         rows.append(("verdicts", ", ".join(f"{v} {k}" for k, v in counts.items()) or None))

@@ -176,3 +176,11 @@ def test_store_only_never_starts_an_engine(tmp_path, monkeypatch, tiny_model):
     res = results.run_cached(EngineSpec(model=tiny_model, kv_cache_gib=0.5), [], study="x", root=tmp_path)
     assert res.status == "error" and "FP8LAB_STORE_ONLY" in res.error
     assert not (tmp_path / "x").exists()  # nothing stored: a later run without the flag runs it
+
+
+def test_key_numbers_of_06_count_points_beyond_noise():
+    s = {"points": [{"beyond_noise": True, "ratio": 0.9}, {"beyond_noise": True, "ratio": 1.1},
+                    {"beyond_noise": False, "ratio": 0.8}], "min_detectable_pct": 1.2345, "capacity_exact": True}
+    rows = dict(key_numbers("06_decode_speed", s))
+    assert rows["fp8 decode step faster / slower beyond noise"] == "1 / 1 of 3 points"
+    assert rows["smallest fp8/auto change these runs resolve (median 95% CI half-width)"] == "1.2 %"
