@@ -17,10 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         # network off: nothing outside the file system can answer
-         "--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    # network off: nothing outside the file system can answer
+    "--proxy-server=http://127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+]
 
 
 def chromium_binary() -> str | None:
@@ -72,17 +80,32 @@ class _CDP:
         self.ws.close()
 
 
-def open_page(path: Path, probes: dict[str, str], screenshot: Path | None = None, width: int = 1280,
-              height: int = 1600, timeout_s: float = 90) -> PageVisit:
+def open_page(
+    path: Path,
+    probes: dict[str, str],
+    screenshot: Path | None = None,
+    width: int = 1280,
+    height: int = 1600,
+    timeout_s: float = 90,
+) -> PageVisit:
     """Open ``path`` (a local HTML file), run each JavaScript expression of ``probes`` after load, and save a
     screenshot of the first screen to ``screenshot``."""
     binary = chromium_binary()
     if binary is None:
         raise RuntimeError("chromium not found (scripts/test.sh installs Debian's chromium)")
     profile = Path(tempfile.mkdtemp(prefix="fp8lab-chromium-"))
-    proc = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-                             f"--window-size={width},{height}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     visit = PageVisit()
     try:
         port_file = profile / "DevToolsActivePort"
@@ -97,16 +120,23 @@ def open_page(path: Path, probes: dict[str, str], screenshot: Path | None = None
         sid = cdp.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
             cdp.call(f"{domain}.enable", session=sid)
-        cdp.call("Network.emulateNetworkConditions", {"offline": True, "latency": 0, "downloadThroughput": -1,
-                                                       "uploadThroughput": -1}, session=sid)
-        cdp.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1,
-                                                        "mobile": False}, session=sid)
+        cdp.call(
+            "Network.emulateNetworkConditions",
+            {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+            session=sid,
+        )
+        cdp.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=sid,
+        )
         cdp.events.clear()
         cdp.call("Page.navigate", {"url": path.resolve().as_uri()}, session=sid)
         cdp.wait_for("Page.loadEventFired", timeout_s)
         for name, expr in probes.items():
-            r = cdp.call("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": True},
-                         session=sid)
+            r = cdp.call(
+                "Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": True}, session=sid
+            )
             if "exceptionDetails" in r:
                 raise RuntimeError(f"probe {name}: {r['exceptionDetails']}")
             visit.probes[name] = r["result"].get("value")

@@ -17,9 +17,14 @@ from browser_cdp import chromium_binary, open_page
 
 from fp8lab.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser,
-              pytest.mark.skipif(chromium_binary() is None and not os.environ.get("CI"),
-                                 reason="chromium not installed (scripts/test.sh installs it; CI requires it)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        chromium_binary() is None and not os.environ.get("CI"),
+        reason="chromium not installed (scripts/test.sh installs it; CI requires it)",
+    ),
+]
 
 STEM = "00_kv_memory_estimation"
 ARTIFACTS = Path(os.environ.get("FP8LAB_TEST_ARTIFACTS", REPO_ROOT / "runs" / "test-artifacts" / "browser"))
@@ -29,7 +34,7 @@ PAGE_PROBES = {
     "first_h2_id": "document.querySelector('h2') && document.querySelector('h2').id",
     "verdict_top": "document.getElementById('verdict').getBoundingClientRect().top",
     "first_bullet_above_params": "document.querySelector('li').getBoundingClientRect().top < "
-                                 "document.getElementById('parameters').getBoundingClientRect().top",
+    "document.getElementById('parameters').getBoundingClientRect().top",
     "verdict_before_params": "document.body.innerText.indexOf('Verdict') < document.body.innerText.indexOf('Parameters')",
     "code_elements": "document.querySelectorAll('.jp-CodeCell .jp-InputArea, .jp-InputPrompt, .jp-CodeCell .highlight, .cm-editor').length",
     "text": "document.body.innerText",
@@ -53,8 +58,9 @@ def report(tmp_path_factory, runs_root):
     from fp8lab.report import run_profile
 
     out = tmp_path_factory.mktemp("browser-report")
-    summary = run_profile("cpu-tiny", out, notebooks=["00"], overrides={"MEASURE": False, "ENGINE_RECORDS": []},
-                          progress=False)
+    summary = run_profile(
+        "cpu-tiny", out, notebooks=["00"], overrides={"MEASURE": False, "ENGINE_RECORDS": []}, progress=False
+    )
     entry = summary["notebooks"][STEM]
     assert entry["status"] == "ok", entry["error"]
     return out
