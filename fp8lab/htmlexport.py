@@ -245,9 +245,9 @@ def prepare(nb: Any) -> Any:
     params = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
     injected = next((c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])), None)
     params_cell = None
-    if params is not None:
+    if params is not None or injected is not None:
         params_cell = nbformat.v4.new_markdown_cell(
-            parameters_html(params.source, injected.source if injected else None)
+            parameters_html(params.source if params else "", injected.source if injected else None)
         )
     cells = [c for c in nb.cells if c is not params and c is not injected]
     for c in cells:
