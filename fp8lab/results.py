@@ -136,6 +136,9 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     if os.environ.get(STORE_ONLY_ENV):  # re-rendering reports from committed stores: never start an engine
         import pandas as pd
 
+        if (rd / "engine.json").exists():  # a stored failure (error, timeout) is shown as it was, not retried
+            return load(rd, spec)
+
         res = EngineResult(status="error", error=f"not in the results store ({rd}); ${STORE_ONLY_ENV} is set, so "
                            "no engine was started", engine={}, records=pd.DataFrame(), samples=pd.DataFrame(),
                            phases={}, provenance={}, spec=spec, run_dir=rd)

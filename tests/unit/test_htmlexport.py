@@ -261,3 +261,16 @@ def test_key_numbers_of_06_count_points_beyond_noise():
     rows = dict(key_numbers("06_decode_speed", s))
     assert rows["fp8 decode step faster / slower beyond noise"] == "1 / 1 of 3 points"
     assert rows["smallest fp8/auto change these runs resolve (median 95% CI half-width)"] == "1.2 %"
+
+
+def test_store_only_shows_a_stored_failure_as_it_was(tmp_path, monkeypatch, tiny_model):
+    from fp8lab import results
+    from fp8lab.specs import EngineSpec
+
+    spec = EngineSpec(model=tiny_model, kv_cache_gib=0.5)
+    rd = results.run_dir_for("x", results.run_descriptor(spec, [], "llm", 0.25), tmp_path)
+    rd.mkdir(parents=True)
+    (rd / "engine.json").write_text(json.dumps({"status": "error", "error": "ValueError: q dtype e5m2"}))
+    monkeypatch.setenv(results.STORE_ONLY_ENV, "1")
+    res = results.run_cached(spec, [], study="x", root=tmp_path)
+    assert res.status == "error" and res.error == "ValueError: q dtype e5m2"  # the engine's own reason
