@@ -234,6 +234,8 @@ def records_check(roots: Sequence[str]) -> Any:
 
     import pandas as pd
 
+    from fp8lab.results import note_run
+
     check_record_roots(roots)
     rows, seen = [], set()
     with tempfile.TemporaryDirectory(prefix="fp8lab-records-") as scratch:
@@ -245,6 +247,7 @@ def records_check(roots: Sequence[str]) -> Any:
                 eng = json.loads((rd / "spec.json").read_text())["engine"]
                 meta = json.loads((rd / "engine.json").read_text())
                 prov = json.loads((rd / "provenance.json").read_text()) if (rd / "provenance.json").exists() else {}
+                note_run(f"{rd.parent.name}/{rd.name}", prov, meta.get("status"))
                 e = meta.get("engine") or {}
                 model = _resolve_model(eng["model"], rd.parent.parent)
                 kv = eng["kv_cache_dtype"]
@@ -329,6 +332,7 @@ def summarize(model: str, kv_dtypes: Sequence[str], formula: Any, plan: Any, mem
     bpt = {r.model: {d: int(getattr(r, f"bytes_per_token_{d}")) for d in kv_dtypes} for r in formula.itertuples()}
     ok = check[check.status == "ok"]
     rel = ok.rel_error.dropna().abs()
+    ran = bool(len(check)) and not (check.status == NOT_RUN).all()
     measured = {
         r.kv_dtype: {
             "status": r.status,
@@ -356,9 +360,11 @@ def summarize(model: str, kv_dtypes: Sequence[str], formula: Any, plan: Any, mem
         "memory_context_len": int(memory.context_len.iloc[0]) if len(memory) else None,
         "total_memory_vs_first": _nested(memory, "total_vs_first"),
         "measured": measured,
-        "measured_ok": bool(len(ok)) and len(ok) == len(check),
+        # None when no engine was started here (MEASURE = False): "not measured", not "failed" (the engines on
+        # record are judged in ``records``)
+        "measured_ok": (len(ok) == len(check)) if ran else None,
         "max_abs_rel_error": float(rel.max()) if len(rel) else None,
-        "prediction_exact": bool(len(rel)) and float(rel.max()) == 0.0,
+        "prediction_exact": (bool(len(rel)) and float(rel.max()) == 0.0) if ran else None,
         "records": records,
     }
 

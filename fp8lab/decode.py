@@ -345,6 +345,9 @@ def load(run_dir: Path) -> DecodeRun:
             engines.setdefault(d, {**facts, "groups": []})["groups"].append(f.parent.name)
             if facts.get("status") != "ok":
                 engines[d].update(status=facts.get("status"), error=facts.get("error"))
+    from fp8lab.results import note_run
+
+    note_run(run_dir, prov, "complete" if (run_dir / "complete.json").exists() else "partial")
     return DecodeRun(run_dir, desc, pd.DataFrame(_read_rows(run_dir)), engines, prov,
                      (run_dir / "complete.json").exists())
 

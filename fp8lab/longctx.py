@@ -1035,9 +1035,13 @@ def blocksize_table(res: LongCtxResult) -> pd.DataFrame:
     plan = res.plan
     rows = []
     rec = res.records
+    sweep = [(r["kv_dtype"], r["block_size"], "sweep") for r in res.runs if r["role"] == "sweep"]
+    # the ramp engine runs every sweep length too: it is a point of the sweep at its own block size, also when that
+    # size is not among SWEEP_BLOCK_SIZES (the H200 profile sweeps 256 against the ramp's 16)
     points = [(dt, res.block_size, "ramp") for dt in plan.kv_dtypes
-              if dt in plan.sweep_dtypes and res.block_size in plan.sweep_block_sizes]
-    points += [(r["kv_dtype"], r["block_size"], "sweep") for r in res.runs if r["role"] == "sweep"]
+              if dt in plan.sweep_dtypes and res.block_size is not None
+              and (dt, res.block_size) not in {(d, b) for d, b, _ in sweep}]
+    points += sweep
     for dt, b, role in points:
         if role == "ramp":
             r, status = _ramp_engine(res, dt)
@@ -1449,6 +1453,10 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
                  + (f" Rejected by the attention backend: {b3['unsupported']}." if b3["unsupported"] else ""))
     for dt, v in b3["by_dtype"].items():
         ci = v.get("itl_256_vs_smallest_ci")
+        if v["smallest"] is None or not np.isfinite(v["e2e_256_over_smallest"]):
+            lines.append(f"- `{dt}` at {_k(v['length'])} tokens: fastest E2E with block size {v['best_block_size']}; no "
+                         "block size below 256 ran at this length, so there is no ratio to report.")
+            continue
         lines.append(f"- `{dt}` at {_k(v['length'])} tokens: fastest E2E with block size {v['best_block_size']}; 256 vs "
                      f"{v['smallest']}: E2E x{v['e2e_256_over_smallest']:.3f}, ITL x{v['itl_256_over_smallest']:.3f}"
                      + (f" ({_pct(ci['delta'])}, 95% CI {_pct(ci['lo'])} to {_pct(ci['hi'])}: {ci['label']})" if ci else "")

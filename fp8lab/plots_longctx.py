@@ -75,6 +75,7 @@ def memory_vs_length(ramp: Any) -> Any:
     for ax, t in zip(axes, ("KV cache in use (sampled peak)", "Device memory (peak)"), strict=True):
         _tokens_axis(ax)
         ax.set(title=t, xlabel="prompt length (tokens)", ylabel="GiB")
+        ax.set_ylim(bottom=0)  # from zero: a 0.03 GiB difference must not fill the axis
     axes[0].legend(fontsize="x-small")
     fig.tight_layout()
     return fig

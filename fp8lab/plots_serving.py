@@ -104,6 +104,17 @@ def latency_percentiles(lat: Any, metrics: tuple[str, ...] = ("ttft_ms", "tpot_m
     return fig
 
 
+def _log_ms_axis(ax: Any) -> None:
+    """A log x axis labelled at 1-2-5 steps only, plain numbers (no overlapping minor labels like 2x10^1 3x10^1
+    ... when the data span less than a decade)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=12))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def itl_cdf(itl: Any, by_class: bool = True) -> Any:
     """Empirical CDF of every inter-token latency (ms, log axis), per dtype; one panel per class."""
     plt, sns = _sns()
@@ -114,7 +125,7 @@ def itl_cdf(itl: Any, by_class: bool = True) -> Any:
         for d, g in sub.groupby("kv_dtype", sort=False):
             x, f = ecdf(g.itl_ms)
             ax.step(x, f, where="post", color=_color(d), label=f"{d} (n={x.size})")
-        ax.set_xscale("log")
+        _log_ms_axis(ax)
         ax.set(xlabel="inter-token latency (ms)", ylabel="fraction of gaps" if c == classes[0] else "",
                title=c or "all classes")
         ax.legend(fontsize="x-small", loc="lower right")

@@ -120,6 +120,28 @@ def _final(run_dir: Path) -> bool:
         return False
 
 
+#: Set by ``fp8lab run`` for each notebook: a file to which every engine run the notebook loads or runs appends
+#: one JSON line (its folder and provenance), so the report says on what device and vLLM the runs it shows ran.
+RUNS_LOG_ENV = "FP8LAB_RUNS_LOG"
+#: When set (to anything), :func:`run_cached` loads stored runs only and answers a missing one with an ``error``
+#: result instead of starting an engine (re-rendering reports from committed stores on another machine).
+STORE_ONLY_ENV = "FP8LAB_STORE_ONLY"
+PROVENANCE_KEYS = ("device", "vllm", "torch", "driver", "date_utc", "fp8lab_commit")
+
+
+def note_run(run_dir: Path | str, provenance: dict[str, Any] | None, status: str | None = None) -> None:
+    """Append ``run_dir`` and its provenance to ``$FP8LAB_RUNS_LOG`` when set (a no-op otherwise)."""
+    log = os.environ.get(RUNS_LOG_ENV)
+    if not log:
+        return
+    line = {"run_dir": str(run_dir), "status": status, **{k: (provenance or {}).get(k) for k in PROVENANCE_KEYS}}
+    try:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, default=str) + "\n")
+    except OSError:
+        pass
+
+
 def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
     """Read a stored run back into an :class:`EngineResult`."""
     import pandas as pd
@@ -129,13 +151,14 @@ def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
     rec, smp = run_dir / "records.parquet", run_dir / "samples.parquet"
     if spec is None and (run_dir / "spec.json").exists():
         spec = EngineSpec.from_dict(json.loads((run_dir / "spec.json").read_text())["engine"])
+    prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
+    note_run(run_dir, prov, meta["status"])
     return EngineResult(
         status=meta["status"], error=meta.get("error"), engine=meta.get("engine", {}),
         records=pd.read_parquet(rec) if rec.exists() else pd.DataFrame(),
         samples=pd.read_parquet(smp) if smp.exists() else pd.DataFrame(),
         phases=meta.get("phases", {}),
-        provenance=json.loads(prov_path.read_text()) if prov_path.exists() else {},
-        spec=spec, run_dir=run_dir, extra={"cached": True},
+        provenance=prov, spec=spec, run_dir=run_dir, extra={"cached": True},
     )
 
 
@@ -148,15 +171,26 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     final status is returned as it is (``extra['cached'] = True``) unless ``force``.
     """
     phase_list = _as_phases(phases)
+    desc = run_descriptor(spec, phase_list, driver, sample_interval_s)
+    rd = run_dir_for(study, desc, root)
+    if not force and _final(rd):  # a stored run is loaded wherever it was measured
+        return load(rd, spec)
     from fp8lab.capability import unsupported_result
 
     skipped = unsupported_result(spec)  # not run here and not stored: the device lacks the kernel (capability.py)
     if skipped is not None:
         return skipped
-    desc = run_descriptor(spec, phase_list, driver, sample_interval_s)
-    rd = run_dir_for(study, desc, root)
-    if not force and _final(rd):
-        return load(rd, spec)
+    if os.environ.get(STORE_ONLY_ENV):  # re-rendering reports from committed stores: never start an engine
+        import pandas as pd
+
+        if (rd / "engine.json").exists():  # a stored failure (error, timeout) is shown as it was, not retried
+            return load(rd, spec)
+
+        res = EngineResult(status="error", error=f"not in the results store ({rd}); ${STORE_ONLY_ENV} is set, so "
+                           "no engine was started", engine={}, records=pd.DataFrame(), samples=pd.DataFrame(),
+                           phases={}, provenance={}, spec=spec, run_dir=rd)
+        note_run(rd, {}, res.status)
+        return res
     with run_lock(rd):
         if not force and _final(rd):  # another process finished it while this one waited
             return load(rd, spec)
@@ -169,6 +203,7 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
         save(res, rd, desc, log=work / "worker.log")
         shutil.rmtree(work, ignore_errors=True)
     res.run_dir = rd
+    note_run(rd, res.provenance, res.status)
     return res
 
 

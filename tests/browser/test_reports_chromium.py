@@ -1,0 +1,109 @@
+"""The exported reports as a reader opens them: a real headless Chromium, network off.
+
+``fp8lab run`` executes notebook 00 on the cpu-tiny profile (papermill, predictions only: no engine) and writes its
+HTML and the index; Chromium opens both and the tests assert what a reader sees: the verdict first, no code,
+nothing loaded from outside the file, every image decoded, the formula rendered (MathML), no console error.
+Screenshots are kept in ``$FP8LAB_TEST_ARTIFACTS`` (default ``runs/test-artifacts/browser``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from browser_cdp import chromium_binary, open_page
+
+from fp8lab.paths import REPO_ROOT
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        chromium_binary() is None and not os.environ.get("CI"),
+        reason="chromium not installed (scripts/test.sh installs it; CI requires it)",
+    ),
+]
+
+STEM = "00_kv_memory_estimation"
+ARTIFACTS = Path(os.environ.get("FP8LAB_TEST_ARTIFACTS", REPO_ROOT / "runs" / "test-artifacts" / "browser"))
+
+PAGE_PROBES = {
+    "title": "document.title",
+    "first_h2_id": "document.querySelector('h2') && document.querySelector('h2').id",
+    "verdict_top": "document.getElementById('verdict').getBoundingClientRect().top",
+    "first_bullet_above_params": "document.querySelector('li').getBoundingClientRect().top < "
+    "document.getElementById('parameters').getBoundingClientRect().top",
+    "verdict_before_params": "document.body.innerText.indexOf('Verdict') < document.body.innerText.indexOf('Parameters')",
+    "code_elements": "document.querySelectorAll('.jp-CodeCell .jp-InputArea, .jp-InputPrompt, .jp-CodeCell .highlight, .cm-editor').length",
+    "text": "document.body.innerText",
+    "images": "Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])",
+    "math_width": "(() => { const m = document.querySelector('math'); return m ? m.getBoundingClientRect().width : 0 })()",
+    "math_text": "(() => { const m = document.querySelector('math'); return m ? m.textContent : '' })()",
+    "param_tables": "document.querySelectorAll('table.fp8lab-params').length",
+}
+INDEX_PROBES = {
+    "title": "document.title",
+    "first_h2": "document.querySelector('h2').textContent",
+    "headline_top": "document.getElementById('headline').getBoundingClientRect().top",
+    "verdict_links": "Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href')).filter(h => h.endsWith('#verdict'))",
+    "all_links": "Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))",
+    "text": "document.body.innerText",
+}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, runs_root):
+    from fp8lab.report import run_profile
+
+    out = tmp_path_factory.mktemp("browser-report")
+    summary = run_profile(
+        "cpu-tiny", out, notebooks=["00"], overrides={"MEASURE": False, "ENGINE_RECORDS": []}, progress=False
+    )
+    entry = summary["notebooks"][STEM]
+    assert entry["status"] == "ok", entry["error"]
+    return out
+
+
+def _only_local(urls: list[str]) -> list[str]:
+    return [u for u in urls if not (u.startswith("file://") or u.startswith("data:"))]
+
+
+def test_notebook_page_opens_with_its_verdict_and_loads_nothing_from_outside(report):
+    visit = open_page(report / f"{STEM}.html", PAGE_PROBES, screenshot=ARTIFACTS / f"{STEM}.png")
+    p = visit.probes
+    assert _only_local(visit.requests) == [], visit.requests
+    assert visit.console_errors == []
+    assert p["title"].startswith("00 · KV-cache memory")  # the tab names the study, not "Notebook"
+    assert p["first_h2_id"] == "verdict" and 0 <= p["verdict_top"] < 400  # on the first screen, first section
+    assert p["first_bullet_above_params"] and p["verdict_before_params"]
+    assert "KV per token" in p["text"].split("Parameters")[0]  # the computed bullets, before the evidence
+    # code inputs hidden: no editor in the DOM and no source text on the page
+    assert p["code_elements"] == 0
+    assert "import pandas" not in p["text"] and "record_summary(" not in p["text"]
+    assert p["param_tables"] == 1 and "injected-parameters" not in (report / f"{STEM}.html").read_text()
+    # no stderr noise or raw file paths of the kernel's outputs
+    assert "Warning" not in p["text"] and "PosixPath(" not in p["text"]
+    # figures: several, every one decoded
+    assert len(p["images"]) >= 3 and all(ok and w > 0 and h > 0 for ok, w, h in p["images"]), p["images"]
+    # the formula: MathML laid out by the browser, not raw TeX waiting for MathJax
+    assert p["math_width"] > 100 and "bytes/token" in p["math_text"]
+    assert "$$" not in p["text"] and "\\text{" not in p["text"]
+    assert visit.screenshot.stat().st_size > 10_000
+
+
+def test_index_opens_with_the_headline_and_links_each_verdict(report):
+    visit = open_page(report / "index.html", INDEX_PROBES, screenshot=ARTIFACTS / "index.png")
+    p = visit.probes
+    assert _only_local(visit.requests) == [] and visit.console_errors == []
+    assert p["title"] == "fp8lab report: cpu-tiny"
+    assert p["first_h2"] == "Headline" and 0 <= p["headline_top"] < 300
+    assert p["verdict_links"] == [f"{STEM}.html#verdict"]
+    for href in p["all_links"]:  # every link resolves to a file of the report folder
+        assert (report / href.split("#")[0]).is_file(), href
+    # key numbers with units; the device and vLLM of the runs (none here: predictions only) are named
+    assert re.search(r"3,072 → 1,536 B/token", p["text"]), p["text"]
+    assert "no engine run of its own" in p["text"]
+    assert not re.search(r"\d\.\d{6,}", p["text"])  # no unrounded floats
+    assert visit.screenshot.stat().st_size > 10_000
