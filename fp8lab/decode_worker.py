@@ -93,12 +93,40 @@ def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple
     sys.stdout.flush()
     sys.stderr.flush()
     text = log_path.read_text(errors="replace")[before:] if log_path.exists() else ""
-    facts["attention_backend"] = sorted(set(_BACKEND_RE.findall(text))) or None
+    facts["attention_backend"] = sorted(set(_BACKEND_RE.findall(text))) or _silent_backend(spec, vcfg)
     probe = devices.MemoryProbe(tensor_parallel_size=spec["tensor_parallel_size"])
     facts["mem_kind"] = probe.kind
     facts["mem_per_device_after_start_bytes"] = probe.per_device_used()
     facts["mem_after_start_bytes"] = probe.used_bytes()
     return llm, facts
+
+
+def _silent_backend(spec: dict[str, Any], vcfg: Any) -> list[str] | None:
+    """The attention backend of a platform that selects it without logging it: vLLM's CPU platform returns
+    ``CPU_ATTN`` for every non-MLA model silently (``vllm/platforms/cpu.py``, ``get_attn_backend_cls``), so
+    its own selector is asked with this engine's model. ``None`` where that is not possible."""
+    try:
+        from types import SimpleNamespace
+
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        if not current_platform.is_cpu():
+            return None
+        asked = spec.get("attention_backend")
+        path = current_platform.get_attn_backend_cls(
+            AttentionBackendEnum[asked] if asked else None,
+            attn_selector_config=SimpleNamespace(use_sparse=False, use_mla=bool(vcfg.model_config.use_mla)))
+        names = []
+        for e in AttentionBackendEnum:
+            try:
+                if e.get_path() == path:
+                    names.append(e.name)
+            except Exception:  # noqa: BLE001 - a member without a path in this build
+                continue
+        return names or [str(path).rsplit(".", 1)[-1]]
+    except Exception:  # noqa: BLE001 - the fact is optional; the engine ran
+        return None
 
 
 def _stop(llm: Any) -> None:
