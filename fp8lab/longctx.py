@@ -1112,6 +1112,31 @@ def position_divergence(base: Mapping[str, Any], cand: Mapping[str, Any], token_
     return pd.DataFrame(rows)
 
 
+def _has_list(row: Mapping[str, Any], col: str) -> bool:
+    v = row.get(col) if hasattr(row, "get") else None
+    return v is not None and not isinstance(v, float)
+
+
+def stored_divergence(base: Mapping[str, Any], cand: Mapping[str, Any], token_ids: Sequence[int],
+                      top_k: int) -> pd.DataFrame:
+    """:func:`position_divergence` from what a slimmed store keeps instead of the top-k lists
+    (``scripts/slim_store.py``): the candidate's ``div_top1`` and ``div_topk`` (overlap counts of the
+    argmax and of the top ``div_top_k``), ``div_kl`` (nats), computed by :func:`position_divergence`
+    from the lists before they were dropped, and both sides' ``prompt_token_logprobs``. Same frame."""
+    stored_k = int(cand.get("div_top_k", top_k))
+    if stored_k != top_k:
+        raise SpecError("LongCtxPlan", "top_k", top_k, f"{stored_k}: the top-k the stored divergence was computed with")
+    bl, cl = np.asarray(list(base["prompt_token_logprobs"]), float), np.asarray(list(cand["prompt_token_logprobs"]), float)
+    t1, tk, kl = (np.asarray(list(cand[c])) for c in ("div_top1", "div_topk", "div_kl"))
+    n = min(len(bl), len(cl), len(token_ids), len(kl))
+    pos = np.arange(1, n)
+    return pd.DataFrame({"pos": pos.tolist(), "top1": [int(x) / 1 for x in t1[pos]],
+                         f"top{top_k}": [int(x) / top_k for x in tk[pos]],
+                         "abs_dlogprob": [abs(float(cl[i]) - float(bl[i])) for i in pos],
+                         "kl": [float(x) for x in kl[pos]], "nll_base": [-float(bl[i]) for i in pos],
+                         "nll_cand": [-float(cl[i]) for i in pos]})
+
+
 def divergence_table(res: LongCtxResult) -> pd.DataFrame:
     """:func:`position_divergence` of every candidate dtype against ``auto`` on every teacher-forced
     document, with ``source`` (text | random) and ``doc``; one row per position."""
@@ -1128,7 +1153,11 @@ def divergence_table(res: LongCtxResult) -> pd.DataFrame:
                 tag = f"{source}-{j}"
                 if tag not in by[BASELINE].index or tag not in by[dt].index:
                     continue
-                df = position_divergence(by[BASELINE].loc[tag], by[dt].loc[tag], ids, res.plan.top_k)
+                b, c = by[BASELINE].loc[tag], by[dt].loc[tag]
+                if _has_list(c, "div_kl") and not (_has_list(b, "prompt_topk_ids") and _has_list(c, "prompt_topk_ids")):
+                    df = stored_divergence(b, c, ids, res.plan.top_k)
+                else:
+                    df = position_divergence(b, c, ids, res.plan.top_k)
                 frames.append(df.assign(kv_dtype=dt, source=source, doc=j))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

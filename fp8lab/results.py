@@ -3,7 +3,10 @@
 ``<runs>/<study>/<run_id>/`` holds ``spec.json`` (the engine spec, driver and a digest of every
 request), ``records.parquet`` (one row per request), ``samples.parquet`` (KV usage and memory over
 time), ``engine.json`` (status, error, per-engine and per-phase figures), ``provenance.json`` and
-``worker.log``. A run whose status is final (ok, oom, unsupported, invalid) is loaded instead of
+``worker.log``. A committed store may hold records written compactly (``scripts/slim_store.py``): float
+columns whose values are exactly float32 as float32, integer lists as narrower integers, ``itl_e<k>``
+(integer ticks of 10**-k s; ``itl_e8``: 10 ns) for ``itl_s``; :func:`read_records`
+gives back float64, int64 and ``itl_s``, so readers see one format. A run whose status is final (ok, oom, unsupported, invalid) is loaded instead of
 re-run; ``timeout`` and ``error`` are retried. Failed runs stay on disk with their reason.
 
 A run folder appears whole or not at all: it is written as a hidden sibling (``.<run_id>.tmp-<pid>``) and
@@ -19,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -142,6 +146,44 @@ def note_run(run_dir: Path | str, provenance: dict[str, Any] | None, status: str
         pass
 
 
+def _widen(v: Any) -> Any:
+    """One cell of a compact list column back to the wide dtype (nested lists recursively)."""
+    import numpy as np
+
+    if not isinstance(v, np.ndarray):
+        return v
+    if v.dtype == object:
+        return np.array([_widen(x) for x in v] + [None], dtype=object)[:-1]
+    if v.dtype.kind == "f" and v.dtype != np.float64:
+        return v.astype(np.float64)
+    if v.dtype.kind in "iu" and v.dtype != np.int64:
+        return v.astype(np.int64)
+    return v
+
+
+def read_records(path: Path) -> Any:
+    """``records.parquet`` as a DataFrame, compact columns widened (see the module's doc): a store written
+    by :func:`save` and one slimmed by ``scripts/slim_store.py`` read the same."""
+    import numpy as np
+    import pandas as pd
+
+    df = pd.read_parquet(path)
+    for c in list(df.columns):
+        s = df[c]
+        if s.dtype == np.float32:
+            df[c] = s.astype(np.float64)
+        elif s.dtype == object:
+            first = next((v for v in s if isinstance(v, np.ndarray)), None)
+            if first is not None and (first.dtype == object or first.dtype not in (np.float64, np.int64)):
+                df[c] = s.map(_widen)
+    ticks = [c for c in df.columns if re.fullmatch(r"itl_e\d+", c)]
+    if ticks and "itl_s" not in df.columns:
+        scale = 10.0 ** int(ticks[0][5:])
+        df[ticks[0]] = df[ticks[0]].map(lambda v: v / scale if isinstance(v, np.ndarray) else v)
+        df = df.rename(columns={ticks[0]: "itl_s"})
+    return df
+
+
 def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
     """Read a stored run back into an :class:`EngineResult`."""
     import pandas as pd
@@ -155,8 +197,8 @@ def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
     note_run(run_dir, prov, meta["status"])
     return EngineResult(
         status=meta["status"], error=meta.get("error"), engine=meta.get("engine", {}),
-        records=pd.read_parquet(rec) if rec.exists() else pd.DataFrame(),
-        samples=pd.read_parquet(smp) if smp.exists() else pd.DataFrame(),
+        records=read_records(rec) if rec.exists() else pd.DataFrame(),
+        samples=read_records(smp) if smp.exists() else pd.DataFrame(),
         phases=meta.get("phases", {}),
         provenance=prov, spec=spec, run_dir=run_dir, extra={"cached": True},
     )
@@ -235,7 +277,7 @@ def phase_table(study: str, root: Path | None = None) -> Any:
     for ej in sorted(((root or runs_dir()) / study).glob("[!.]*/engine.json")):
         meta = json.loads(ej.read_text())  # not load(): the spec's model path may not exist on this machine
         rec_path = ej.parent / "records.parquet"
-        rec = pd.read_parquet(rec_path) if rec_path.exists() else pd.DataFrame()
+        rec = read_records(rec_path) if rec_path.exists() else pd.DataFrame()
         for phase, ph in (meta.get("phases") or {}).items():
             r = rec[rec.phase == phase] if len(rec) and "phase" in rec else rec.iloc[0:0]
             ttft = percentiles(r.ttft_s.to_numpy(float) * 1e3) if "ttft_s" in r else {}

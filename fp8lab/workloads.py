@@ -63,8 +63,36 @@ def parse_mix(mix: Sequence[Sequence] | Sequence[RequestClass]) -> tuple[Request
 
 # ------------------------------------------------------------------------------------------- text
 def heldout_documents(text_dir: Path = HELDOUT_DIR) -> list[tuple[str, str]]:
-    """(name, text) of every held-out document, in a fixed order."""
-    return [(p.stem, read_text("Workload", "text", p, "a UTF-8 text document")) for p in sorted(Path(text_dir).glob("*.txt"))]
+    """(name, text) of every held-out document, in a fixed order (by file name): the ``*.txt`` files of
+    ``text_dir`` or, where that folder does not exist, of the archive ``<text_dir>.tar.xz`` beside it (the
+    repository ships ``data/text/heldout.tar.xz``; the documents are the same bytes either way)."""
+    d = Path(text_dir)
+    if d.is_dir():
+        return [(p.stem, read_text("Workload", "text", p, "a UTF-8 text document")) for p in sorted(d.glob("*.txt"))]
+    archive = d.with_name(d.name + ".tar.xz")
+    return list(_archive_documents(str(archive))) if archive.is_file() else []
+
+
+@lru_cache(maxsize=2)
+def _archive_documents(archive: str) -> tuple[tuple[str, str], ...]:
+    import tarfile
+
+    docs = {}
+    with tarfile.open(archive) as tf:
+        for m in tf.getmembers():
+            name = Path(m.name).name
+            if m.isfile() and name.endswith(".txt"):
+                docs[name] = tf.extractfile(m).read().decode("utf-8")  # type: ignore[union-attr]
+    return tuple((Path(n).stem, docs[n]) for n in sorted(docs))
+
+
+def heldout_text(file: str, text_dir: Path = HELDOUT_DIR) -> str:
+    """The text of one held-out document by its file name (``library__csv.txt``; folder or archive)."""
+    docs = dict(heldout_documents(text_dir))
+    stem = Path(file).stem
+    if stem not in docs:
+        raise SpecError("Workload", "heldout file", file, f"one of the {len(docs)} held-out documents of {text_dir}")
+    return docs[stem]
 
 
 @lru_cache(maxsize=4)

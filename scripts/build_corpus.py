@@ -19,7 +19,7 @@ What this script does, deterministically (no randomness, files read in sorted or
    checkpoint); the remaining held-out documents are the *test* part (used for the reported
    perplexity, prompts and the studies' text).
 3. Write ``.corpus/train.txt`` (gitignored, not shipped; documents separated by a line holding
-   only :data:`DOC_SEPARATOR`), ``data/text/heldout/<path>.txt`` (one file per held-out
+   only :data:`DOC_SEPARATOR`), ``data/text/heldout.tar.xz`` (``heldout/<path>.txt``, one file per held-out
    document, shipped), ``data/text/heldout_manifest.json`` (per document: source path, sha256,
    bytes, role) and ``data/text/README.md``.
 
@@ -47,6 +47,7 @@ DEBIAN_PACKAGE = "python3.11-doc"
 CORPUS_DIR = REPO_ROOT / ".corpus"
 TEXT_DIR = REPO_ROOT / "data" / "text"
 HELDOUT_DIR = TEXT_DIR / "heldout"
+HELDOUT_ARCHIVE = TEXT_DIR / "heldout.tar.xz"  # what the repository ships: HELDOUT_DIR's files, packed
 MANIFEST_PATH = TEXT_DIR / "heldout_manifest.json"
 
 #: Line that separates documents in ``.corpus/train.txt`` (the tokenizer's end-of-text token).
@@ -265,11 +266,12 @@ def _readme(
 
     return f"""# Text shipped with fp8lab
 
-`heldout/` holds the **held-out** documents of the corpus that trained the shipped tiny model
+`heldout.tar.xz` holds the **held-out** documents of the corpus that trained the shipped tiny model
 (`data/models/fp8lab-tiny-qwen3`). The model never saw them during training. The studies draw
 their real-text prompts, long documents and calibration samples from here.
 
-This file and everything in `heldout/` are written by `python scripts/build_corpus.py`; the
+(one `heldout/<name>.txt` per document, packed: `fp8lab.workloads.heldout_documents` reads the archive, or
+a `heldout/` folder where one exists). This file and the archive are written by `python scripts/build_corpus.py`; the
 numbers below come from that run.
 
 ## Source
@@ -425,7 +427,7 @@ def write_prompts(tokenizer_json: Path, per_category: int = 10, seed: int = 0) -
     test_files = [r["file"] for r in manifest["documents"] if r["role"] == "test"]
     pool: dict[str, list[tuple[str, str]]] = {c: [] for c in PROMPT_CATEGORIES}
     for f in test_files:
-        doc = (HELDOUT_DIR / f).read_text(encoding="utf-8")
+        doc = heldout_text(f)
         for cat, spans in prompt_candidates(doc, count).items():
             pool[cat].extend((f, s) for s in spans)
     rng = random.Random(seed)
@@ -466,7 +468,7 @@ Written by `python scripts/train_tiny_model.py --prepare` (function `write_promp
 
 {len(rows)} prompts ({per_cat}), one JSON object per line:
 `{{"id", "category", "text", "source", "n_tokens"}}`. The text is a verbatim span of a held-out
-**test** document (`data/text/heldout/`, role `test` in `data/text/heldout_manifest.json`):
+**test** document (`data/text/heldout.tar.xz`, role `test` in `data/text/heldout_manifest.json`):
 never seen in training nor used to pick the checkpoint.
 
 - `prose`: one or two consecutive paragraphs of running text;
@@ -501,6 +503,36 @@ truncate the token ids, not the text.
 def sha256_of(path: Path) -> str:
     """sha256 of a file's bytes, hex."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def heldout_text(file: str) -> str:
+    """One held-out document: from ``HELDOUT_DIR`` when it exists, else from ``HELDOUT_ARCHIVE``."""
+    if (HELDOUT_DIR / file).is_file():
+        return (HELDOUT_DIR / file).read_text(encoding="utf-8")
+    import tarfile
+
+    with tarfile.open(HELDOUT_ARCHIVE) as tf:
+        return tf.extractfile(f"heldout/{file}").read().decode("utf-8")  # type: ignore[union-attr]
+
+
+def pack_heldout() -> None:
+    """``HELDOUT_DIR`` into ``HELDOUT_ARCHIVE`` (sorted, fixed owner and times: the same files give the same
+    bytes), then the folder is removed: the repository ships the archive (``fp8lab.workloads`` reads it)."""
+    import lzma
+    import tarfile
+
+    with (
+        lzma.open(HELDOUT_ARCHIVE, "wb", preset=9 | lzma.PRESET_EXTREME) as xz,
+        tarfile.open(fileobj=xz, mode="w", format=tarfile.GNU_FORMAT) as tf,
+    ):
+        for p in sorted(HELDOUT_DIR.glob("*.txt")):
+            ti = tf.gettarinfo(str(p), f"heldout/{p.name}")
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = "root"
+            ti.mtime, ti.mode = 0, 0o644
+            with open(p, "rb") as fh:
+                tf.addfile(ti, fh)
+    shutil.rmtree(HELDOUT_DIR)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -557,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         _readme(version, train, val, test, args.heldout_bytes, args.val_bytes), encoding="utf-8"
     )
 
+    pack_heldout()
     for name, part in (("train", train), ("val", val), ("test", test)):
         print(f"{name:5s}: {len(part):4d} docs, {sum(d.nbytes for d in part):>10,d} bytes")
     return 0

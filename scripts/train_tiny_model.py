@@ -153,7 +153,7 @@ def prepare(corpus_dir: Path = CORPUS_DIR) -> dict[str, Any]:
     manifest = json.loads(bc.MANIFEST_PATH.read_text(encoding="utf-8"))
     held = {"val": [], "test": []}
     for rec in manifest["documents"]:
-        held[rec["role"]].append((bc.HELDOUT_DIR / rec["file"]).read_text(encoding="utf-8"))
+        held[rec["role"]].append(bc.heldout_text(rec["file"]))
 
     tok = train_tokenizer(train_docs)
     tok_dir = corpus_dir / "tokenizer"

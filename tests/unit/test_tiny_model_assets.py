@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from fp8lab.paths import PROMPTS_DIR, TEXT_DIR, TINY_MODEL_DIR
+from fp8lab.workloads import heldout_documents, heldout_text
 
 EOT = "<|endoftext|>"
 REQUIRED_FILES = (
@@ -49,7 +50,7 @@ def tokenizer() -> Any:
 @pytest.fixture(scope="module")
 def heldout_paragraph() -> str:
     """A multi-line paragraph of a held-out test document (prose with inline code)."""
-    text = (TEXT_DIR / "heldout" / "library__csv.txt").read_text(encoding="utf-8")
+    text = heldout_text("library__csv.txt")
     para = next(p for p in text.split("\n\n") if "``csv``" in p and p.count("\n") >= 3)
     return para
 
@@ -148,10 +149,13 @@ def test_train_log_records_the_run() -> None:
 
 def test_heldout_text_is_shipped_with_manifest_and_license() -> None:
     manifest = _json(TEXT_DIR / "heldout_manifest.json")
-    files = {p.name for p in (TEXT_DIR / "heldout").glob("*.txt")}
-    assert files == {d["file"] for d in manifest["documents"]}
+    assert not (TEXT_DIR / "heldout").exists() and (TEXT_DIR / "heldout.tar.xz").is_file()  # shipped packed
+    docs = dict(heldout_documents())
+    assert set(docs) == {d["file"].removesuffix(".txt") for d in manifest["documents"]}
     assert {d["role"] for d in manifest["documents"]} == {"val", "test"}
-    total = sum((TEXT_DIR / "heldout" / f).stat().st_size for f in files)
+    # every document is the same bytes the manifest recorded when build_corpus.py wrote it
+    assert all(len(docs[d["file"].removesuffix(".txt")].encode()) == d["bytes"] for d in manifest["documents"])
+    total = sum(len(t.encode()) for t in docs.values())
     assert 1_500_000 <= total <= 2_500_000
     assert manifest["package"] == "python3.11-doc" and manifest["license"] == "PSF-2.0"
     assert (TEXT_DIR / "LICENSE-PSF-2.0.txt").read_text().startswith("PYTHON SOFTWARE FOUNDATION LICENSE")
@@ -167,7 +171,7 @@ def test_quality_prompts_are_heldout_spans_of_32_to_256_tokens(tokenizer: Any) -
         n = len(tokenizer.encode(r["text"], add_special_tokens=False).ids)
         assert 32 <= n <= 256 and n == r["n_tokens"], r["id"]
         assert roles[r["source"]] == "test"
-        assert r["text"] in (TEXT_DIR / "heldout" / r["source"]).read_text(encoding="utf-8")
+        assert r["text"] in heldout_text(r["source"])
 
 
 def test_calibration_prompt_is_three_qa_lines() -> None:
