@@ -378,6 +378,9 @@ def audit_html(rows: Sequence[dict[str, Any]], notebook_html: str | None = None)
     for r in rows:
         links = " ".join(f'<a href="{html.escape(x["href"])}">{html.escape(x["label"])}</a>' for x in r.get("links") or [])
         on = f'<br><small>{html.escape(r["on_what"])}</small>' if r.get("on_what") else ""
+        for label, key in (("setting", "setting"), ("smallest detectable effect", "detectable"), ("basis", "basis")):
+            if r.get(key):
+                on += f"<br><small>{label}: {html.escape(str(r[key]))}</small>"
         verdict = str(r.get("verdict", ""))
         body.append(f"<tr><td>{html.escape(str(r.get('id', '')))}</td><td>{html.escape(str(r.get('claim', '')))}"
                     f"<br><small>{html.escape(str(r.get('source', '')))}</small></td>"
