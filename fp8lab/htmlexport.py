@@ -302,7 +302,9 @@ def export_html(ipynb: Path, html_path: Path) -> Path:
     refs = external_references(body)
     if refs:
         raise RuntimeError(f"{html_path}: the exported page would load {refs[:3]} from outside the file")
-    Path(html_path).write_text(body, encoding="utf-8")
+    from fp8lab.htmlslim import slim
+
+    Path(html_path).write_text(slim(body), encoding="utf-8")  # pruned CSS, palette PNGs (fp8lab.htmlslim)
     return Path(html_path)
 
 

@@ -1,4 +1,4 @@
-"""The slimmed committed stores and reports read the same as fresh ones (scripts/slim_store.py, scripts/slim_html.py).
+"""The slimmed committed stores and reports read the same as fresh ones (scripts/slim_store.py, fp8lab.htmlslim).
 
 A store written by the current code (``results.save``: float64, int64, ``itl_s``, Study 04's top-k lists) and the
 same store rewritten by ``slim_store.py`` must give the notebooks the same frames; these tests build both from
@@ -33,7 +33,9 @@ def slim_store():
 
 @pytest.fixture(scope="module")
 def slim_html():
-    return _script("slim_html")
+    from fp8lab import htmlslim
+
+    return htmlslim
 
 
 def _records(rng: np.random.Generator, n: int = 40) -> pd.DataFrame:
