@@ -212,6 +212,12 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     The run directory is ``<root or $FP8LAB_RUNS or runs/>/<study>/<hash>``. A stored run with a
     final status is returned as it is (``extra['cached'] = True``) unless ``force``.
     """
+    import multiprocessing as mp
+
+    if getattr(mp.current_process(), "_inheriting", False):  # a spawned worker re-running an unguarded script
+        raise RuntimeError("run_cached was called while a spawned engine worker imported the calling script: guard "
+                           "the script's top-level code with `if __name__ == '__main__':` (multiprocessing's spawn "
+                           "re-imports it)")
     phase_list = _as_phases(phases)
     desc = run_descriptor(spec, phase_list, driver, sample_interval_s)
     rd = run_dir_for(study, desc, root)

@@ -109,13 +109,15 @@ STUDY = textwrap.dedent("""
     from fp8lab.results import run_cached
     from fp8lab.specs import EngineSpec, Phase, Request
 
-    model = sys.argv[1]
-    for name, seed, n_out in (("A", 0, 4), ("B", 1, 6)):
-        spec = EngineSpec(model=model, kv_cache_gib=0.25, max_model_len=512, seed=seed, timeout_s=600)
-        res = run_cached(spec, [Phase("main", (Request(prompt_token_ids=tuple(range(100, 132)), max_tokens=n_out),))],
-                         study="reliab")
-        print(json.dumps({"run": name, "status": res.status, "error": res.error, "cached": bool(res.extra.get("cached")),
-                          "dir": str(res.run_dir), "tokens": res.records.output_tokens.tolist()}), flush=True)
+    if __name__ == "__main__":  # the engine worker is spawned: it re-imports this script
+        model = sys.argv[1]
+        for name, seed, n_out in (("A", 0, 4), ("B", 1, 6)):
+            spec = EngineSpec(model=model, kv_cache_gib=0.25, max_model_len=512, seed=seed, timeout_s=600)
+            reqs = (Request(prompt_token_ids=tuple(range(100, 132)), max_tokens=n_out),)
+            res = run_cached(spec, [Phase("main", reqs)], study="reliab")
+            print(json.dumps({"run": name, "status": res.status, "error": res.error,
+                              "cached": bool(res.extra.get("cached")), "dir": str(res.run_dir),
+                              "tokens": res.records.output_tokens.tolist()}), flush=True)
 """)
 
 
