@@ -221,16 +221,17 @@ def test_phase_names_round_trip(engine):
     names = [p.name for p in phases]
     assert names == ["warmup", "closed-c1", "closed-c4", "open-constant-5", "open-poisson-5",
                      "cap-c31", "cap-c32", "cap-c33"]
-    assert [len(p.requests) for p in phases] == [2, 6, 6, 6, 6, 31, 32, 33]
+    # a closed-loop pool holds max(CLOSED_LOOP_REQUESTS, 4 N) requests: 6 at c=1, 16 at c=4
+    assert [len(p.requests) for p in phases] == [2, 6, 16, 6, 6, 31, 32, 33]
     assert all(r.tag == "trial0" for p in phases for r in p.requests)
     assert serving.phase_meta("open-poisson-5")["rate"] == 5.0
     cap = serving.phase_meta("cap-c31")
     assert (cap["kind"], cap["concurrency"], cap["process"]) == ("capacity", 31, None) and math.isnan(cap["rate"])
     assert serving.phase_meta("closed-c16")["concurrency"] == 16 and serving.phase_meta("what")["kind"] == "other"
-    # the capacity ladder runs only in the first capacity_trials trials; same requests in every trial
+    # the warm-up (once per engine) and the capacity ladder run only in the first trial; same requests in every trial
     later = serving.build_phases(plan, "fp8", 1, (1, 4), capacity_predicted=32)
-    assert [p.name for p in later][-1] == "open-poisson-5"
-    assert later[1].requests[0].prompt_token_ids == phases[1].requests[0].prompt_token_ids
+    assert [p.name for p in later] == ["closed-c1", "closed-c4", "open-constant-5", "open-poisson-5"]
+    assert later[0].requests[0].prompt_token_ids == phases[1].requests[0].prompt_token_ids
 
 
 def test_naive_phases_reuse_the_closed_loop_requests(engine):
