@@ -1600,9 +1600,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             over[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
             over[k] = v
+    from fp8lab.paths import NOTEBOOKS_DIR
+    from fp8lab.report import load_profile, resolved_parameters
+
     est = profile_estimate(a.profile, over, gpu=not a.cpu)
+    plan = plan_from_params(resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(a.profile), over))
     with pd.option_context("display.width", 200, "display.max_colwidth", 100):
-        print(f"Study 01 time plan, profile {a.profile}:\n{est.to_string(index=False)}", flush=True)
+        print(f"Study 01 time plan, profile {a.profile}: {len(schedule_table(plan))} phases in the paired schedule "
+              f"(each kept as phase-*.json.gz when done)\n{est.to_string(index=False)}", flush=True)
     return 0
 
 __all__ = [

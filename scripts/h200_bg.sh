@@ -7,10 +7,12 @@
 #   FP8LAB_COMMIT=<sha> FP8LAB_PROFILE=h200 FP8LAB_TAG=01-paired bash scripts/h200_bg.sh 01
 # The first call prints Study 01's time plan (python -m fp8lab.serving) before any engine starts.
 # FP8LAB_BUDGET_S (default 1680 s here) bounds the whole notebook run; a run cut short resumes from its finished
-# phases when started again on the same warm host (rm -rf /tmp/h200bg first).
+# phases when started again on the same warm host (rm -rf /tmp/h200bg-<tag> first). State: /tmp/h200bg-<tag>/.
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD JUPYTER_PATH=/tmp/site/share/jupyter PYTHONUNBUFFERED=1
-state=/tmp/h200bg
+tag=${FP8LAB_TAG:-$(IFS=-; echo "$*")}
+state=/tmp/h200bg-$tag
+export FP8LAB_TAG=$tag
 mkdir -p "$state/out"
 if [ ! -e "$state/started" ]; then
   date -u > "$state/started"
@@ -22,7 +24,7 @@ if [ ! -e "$state/started" ]; then
   done
   case " $* " in *" 01 "*) python3 -m fp8lab.serving --profile "${FP8LAB_PROFILE:-h200}" "${plan[@]}" ;; esac
   FP8LAB_BUDGET_S=${FP8LAB_BUDGET_S:-1680} OUT=$state/out setsid nohup bash -c \
-    'bash scripts/h200_run.sh "$@"; echo $? > /tmp/h200bg/done' _ "$@" > "$state/log" 2>&1 < /dev/null &
+    "bash scripts/h200_run.sh \"\$@\"; echo \$? > $state/done" _ "$@" > "$state/log" 2>&1 < /dev/null &
   echo "started in the background ($(cat "$state/started")); log: $state/log"
 fi
 deadline=$((SECONDS + ${FP8LAB_WAIT_S:-570}))
