@@ -536,11 +536,13 @@ class _EngineProc:
 
 
 def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: dict[str, int],
-                progress: bool) -> list[dict[str, Any]]:
+                progress: bool, engine_factory: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
     """The paired design: both engines alive at once, phases interleaved by :func:`paired_schedule`. Each
     finished phase is kept at once (``<runs>/<study>/paired-<hash>/``), so a run cut short resumes with the
     phases it lacks; once every phase is in, each (trial, dtype) is saved as an ordinary run directory of the
-    results store (:mod:`fp8lab.results`) and the progress folder is removed."""
+    results store (:mod:`fp8lab.results`) and the progress folder is removed. ``engine_factory(spec, log_path)``
+    replaces :class:`_EngineProc` (an object with ``start()``, ``run(payload)`` and ``stop()``; tests pass one
+    that answers without vLLM)."""
     from fp8lab import results
     from fp8lab.engine import EngineResult
     from fp8lab.paths import runs_dir
@@ -581,7 +583,7 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
             if not any(k[2] == d for k in todo):
                 continue
             t = time.perf_counter()
-            p = _EngineProc(plan.spec_for(d), work / f"worker-{d}.log")
+            p = (engine_factory or _EngineProc)(plan.spec_for(d), work / f"worker-{d}.log")
             msg = p.start()
             if msg["status"] == "ready":
                 procs[d] = p
@@ -662,12 +664,12 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
 
 
 def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] | None = None,
-              progress: bool = True) -> ServingResult:
+              progress: bool = True, engine_factory: Callable[..., Any] | None = None) -> ServingResult:
     """Run (or load) the paired study: one engine per kv dtype, both alive at once, phases interleaved by
     :func:`paired_schedule` (:func:`_run_paired`), and collect the tidy frames.
 
     ``runner`` replaces :func:`fp8lab.results.run_cached` for the capacity probe of an engine without a fixed
-    KV budget. A failed engine stays in ``engines`` with its status and error; the analyses use the engines
+    KV budget, ``engine_factory`` the engine processes (see :func:`_run_paired`). A failed engine stays in ``engines`` with its status and error; the analyses use the engines
     that ran.
     """
     if runner is None:
@@ -682,7 +684,7 @@ def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] 
         est = estimate_seconds(plan, conc)
         print(f"plan: {len(plan.kv_dtypes)} engines alive together, {plan.trials} trials, closed loop at c={list(conc)}, "
               f"estimate {est.seconds.iloc[-1] / 60:.1f} min", flush=True)
-    runs = _run_paired(plan, study, conc, cap_pred, progress)
+    runs = _run_paired(plan, study, conc, cap_pred, progress, engine_factory)
     out = ServingResult(plan=plan, runs=runs, concurrency=conc, blocks=blocks)
     _collect(out)
     out.wall_s = time.perf_counter() - t0
