@@ -198,8 +198,12 @@ def _run_offline(llm: Any, phase: dict[str, Any]) -> tuple[list[dict[str, Any]],
     return [_record(i, r, o, phase["name"]) for i, (r, o) in enumerate(zip(reqs, outs, strict=True))], wall
 
 
-async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_start: float, rid: str) -> dict:
-    """Send one request and timestamp every streamed delta (client-side, ``time.perf_counter``)."""
+async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_start: float, rid: str,
+                      tally: dict[str, list] | None = None) -> dict:
+    """Send one request and timestamp every streamed delta (client-side, ``time.perf_counter``).
+    ``tally`` (sustained phases): every delta's ``(time, tokens)`` goes to ``tally["tokens"]`` and the
+    prompt length of each request at its first token to ``tally["prefilled"]``, so a phase cut at a
+    deadline counts what was produced before it, also by requests still in flight."""
     sent = time.perf_counter()
     token_times: list[float] = []
     token_counts: list[int] = []
@@ -210,6 +214,10 @@ async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_
         now = time.perf_counter()
         k = len(out.outputs[0].token_ids)
         if k:
+            if tally is not None:
+                tally["tokens"].append((now, k))
+                if not token_times:
+                    tally["prefilled"].append((now, len(req["prompt_token_ids"])))
             token_times.append(now)
             token_counts.append(k)
             token_ids.extend(int(t) for t in out.outputs[0].token_ids)
@@ -272,6 +280,8 @@ async def _run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str
     t0 = time.perf_counter()
     prefix = f"{phase['name']}-{time.time_ns()}"
     conc = phase.get("concurrency")
+    if conc and phase.get("min_seconds") is not None:
+        return await _run_sustained(engine, phase, t0, prefix)
     if conc:
         queue = list(enumerate(reqs))
         rows: list[dict[str, Any]] = []
@@ -293,6 +303,65 @@ async def _run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str
         rows = list(await asyncio.gather(*(delayed(i, r) for i, r in enumerate(reqs))))
     wall = time.perf_counter() - t0
     return sorted(rows, key=lambda r: r["request"]), wall
+
+
+async def _run_sustained(engine: Any, phase: dict[str, Any], t0: float, prefix: str) -> tuple[list[dict[str, Any]], float]:
+    """A sustained closed loop: ``concurrency`` workers take requests from the phase's pool in turn (the pool
+    repeats) until at least ``min_requests`` have finished **and** ``min_seconds`` have passed; then the
+    requests still in flight are cancelled (vLLM aborts them), so the phase ends at its deadline with the
+    concurrency held to the end. The phase's figures (``window``) are what the engine produced up to that
+    moment: tokens streamed before it, over its length; the rows are the requests that finished."""
+    pool, conc = phase["requests"], int(phase["concurrency"])
+    min_s, min_n = float(phase["min_seconds"]), int(phase.get("min_requests") or 0)
+    tally: dict[str, list] = {"tokens": [], "prefilled": []}
+    rows: list[dict[str, Any]] = []
+    counter = iter(range(10**9))
+    stop = asyncio.Event()
+
+    async def worker() -> None:
+        while not stop.is_set():
+            i = next(counter)
+            row = await _stream_one(engine, i, pool[i % len(pool)], phase["name"], t0, f"{prefix}-{i}", tally)
+            row["pool_index"] = i % len(pool)
+            rows.append(row)
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(conc)]
+    while not (time.perf_counter() - t0 >= min_s and len(rows) >= min_n) and not any(t.done() for t in tasks):
+        await asyncio.sleep(0.02)
+    t_stop = time.perf_counter()
+    stop.set()
+    for t in tasks:
+        t.cancel()
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    errors = [e for e in done if isinstance(e, BaseException) and not isinstance(e, asyncio.CancelledError)]
+    if errors:
+        raise errors[0]
+    window = t_stop - t0
+    phase["window"] = {"window_s": window,
+                       "output_tokens": int(sum(k for t, k in tally["tokens"] if t <= t_stop)),
+                       "prompt_tokens": int(sum(n for t, n in tally["prefilled"] if t <= t_stop)),
+                       "issued": int(next(counter)), "finished": len(rows)}
+    return sorted(rows, key=lambda r: r["request"]), window
+
+
+def engine_facts(vcfg: Any, mem: devices.MemoryProbe) -> dict[str, Any]:
+    """What a started engine reports about itself: KV blocks, block size, capacity, budget, limits, memory."""
+    e: dict[str, Any] = {}
+    cc = vcfg.cache_config
+    e["num_blocks"] = int(cc.num_gpu_blocks or 0)
+    e["block_size"] = int(cc.block_size)
+    e["kv_capacity_tokens"] = e["num_blocks"] * e["block_size"]
+    e["kv_cache_dtype"] = str(cc.cache_dtype)
+    e["kv_budget_bytes"] = getattr(cc, "kv_cache_memory_bytes", None)
+    e["max_model_len"] = int(vcfg.model_config.max_model_len)
+    e["max_num_seqs"] = int(vcfg.scheduler_config.max_num_seqs)
+    e["max_num_batched_tokens"] = int(vcfg.scheduler_config.max_num_batched_tokens)
+    e["hybrid_kv_cache_manager"] = not bool(getattr(vcfg.scheduler_config, "disable_hybrid_kv_cache_manager", False))
+    e["kv_cache_size_tokens_vllm"] = getattr(cc, "kv_cache_size_tokens", None)
+    e["cuda_graphs"] = not bool(vcfg.model_config.enforce_eager)
+    e["mem_after_start_bytes"] = mem.used_bytes()
+    e["mem_per_device_after_start_bytes"] = mem.per_device_used()  # one entry per GPU of the run
+    return e
 
 
 # --------------------------------------------------------------------------------------------- main
@@ -326,19 +395,7 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
             vcfg = llm.llm_engine.vllm_config
         e = res["engine"]
         e["engine_start_s"] = time.perf_counter() - t0
-        cc = vcfg.cache_config
-        e["num_blocks"] = int(cc.num_gpu_blocks or 0)
-        e["block_size"] = int(cc.block_size)
-        e["kv_capacity_tokens"] = e["num_blocks"] * e["block_size"]
-        e["kv_cache_dtype"] = str(cc.cache_dtype)
-        e["kv_budget_bytes"] = getattr(cc, "kv_cache_memory_bytes", None)
-        e["max_model_len"] = int(vcfg.model_config.max_model_len)
-        e["max_num_seqs"] = int(vcfg.scheduler_config.max_num_seqs)
-        e["max_num_batched_tokens"] = int(vcfg.scheduler_config.max_num_batched_tokens)
-        e["hybrid_kv_cache_manager"] = not bool(getattr(vcfg.scheduler_config, "disable_hybrid_kv_cache_manager", False))
-        e["kv_cache_size_tokens_vllm"] = getattr(cc, "kv_cache_size_tokens", None)
-        e["mem_after_start_bytes"] = mem.used_bytes()
-        e["mem_per_device_after_start_bytes"] = mem.per_device_used()  # one entry per GPU of the run
+        e.update(engine_facts(vcfg, mem))
         _write(path, res)
 
         loop = asyncio.new_event_loop() if engine is not None else None

@@ -134,9 +134,10 @@ def itl_cdf(itl: Any, by_class: bool = True) -> Any:
 
 
 def delta_forest(deltas: Any) -> Any:
-    """Each headline metric's relative delta (B vs baseline, %) with its 95% CI; grey band: the metric's
-    noise floor (largest trial-to-trial difference of one config). Green = better, red = worse, grey =
-    within noise (CI contains 0)."""
+    """Each headline metric's relative delta (B vs baseline, %) with its 95% t-interval over paired trials;
+    grey band: the metric's noise floor (median difference between consecutive trials of one config). Green =
+    better, red = worse, grey = within noise (the interval contains 0); a hollow marker: outside the interval's
+    0 but not beyond the noise floor."""
     plt, sns = _sns()
     d = deltas.reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(d) + 1.4))
@@ -146,11 +147,13 @@ def delta_forest(deltas: Any) -> Any:
         if np.isfinite(r.noise_floor_pct):
             ax.fill_betweenx([yi - 0.35, yi + 0.35], -r.noise_floor_pct, r.noise_floor_pct, color="#DDDDDD", lw=0)
         c = colors.get(r.label, "black")
-        ax.errorbar(r.delta_pct, yi, xerr=[[r.delta_pct - r.lo_pct], [r.hi_pct - r.delta_pct]], fmt="o", color=c,
-                    capsize=3)
+        lo = r.delta_pct - r.lo_pct if np.isfinite(r.lo_pct) else 0.0
+        hi = r.hi_pct - r.delta_pct if np.isfinite(r.hi_pct) else 0.0
+        ax.errorbar(r.delta_pct, yi, xerr=[[lo], [hi]], fmt="o", color=c, capsize=3,
+                    mfc=c if getattr(r, "beyond_noise_floor", True) or r.label == "within noise" else "white")
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y, [f"{r.metric} ({r.kv_dtype})" for r in d.itertuples()], fontsize="small")
-    ax.set(xlabel=f"{d.kv_dtype.iloc[0]} vs {d.baseline.iloc[0]} (%), 95% bootstrap CI" if len(d) else "")
+    ax.set(xlabel=f"{d.kv_dtype.iloc[0]} vs {d.baseline.iloc[0]} (%), 95% t-interval over paired trials" if len(d) else "")
     fig.tight_layout()
     return fig
 

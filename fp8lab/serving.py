@@ -1,12 +1,15 @@
 """The serving study: does FP8 KV cache change throughput and latency, beyond noise?
 
-One :class:`ServingPlan` describes the whole A/B study. :func:`run_study` starts ONE engine per
-(kv dtype, trial), interleaved A B A B ..., each serving every workload phase of that trial through
-vLLM's ``AsyncLLM`` with streaming (the ``async`` driver of :mod:`fp8lab.engine`, so every token is
-timestamped by the client):
+One :class:`ServingPlan` describes the whole A/B study, a paired design: :func:`run_study` starts ONE
+engine per kv dtype, each in its own process (:mod:`fp8lab.serving_worker`), and keeps both alive for
+the whole study; their phases are interleaved in time, phase by phase and trial by trial, A B / B A
+(:func:`paired_schedule`), so drift of the machine hits both alike. Each phase goes through vLLM's
+``AsyncLLM`` with streaming (every token is timestamped by the client):
 
-1. ``warmup``: ``warmup_requests`` requests from the mix (discarded from every table);
-2. ``closed-c<N>``: closed loop, ``N`` requests in flight, for each ``N`` of the concurrency sweep;
+1. ``warmup``: ``warmup_requests`` requests from the mix, once per engine (discarded from every table);
+2. ``closed-c<N>``: closed loop, ``N`` requests in flight, for each ``N`` of the concurrency sweep,
+   sustained: at least ``max(closed_loop_requests, 4 N)`` requests and ``phase_seconds``, measured up to
+   the deadline with ``N`` still in flight (requests then in flight are cancelled);
 3. ``open-<process>-<rate>``: open loop, requests sent at ``rate`` per second (constant spacing or a
    Poisson process) whether or not earlier ones have finished;
 4. ``cap-c<N>`` (first ``capacity_trials`` trials only): ``N`` identical requests of
@@ -16,7 +19,8 @@ timestamped by the client):
 Runs go through :func:`fp8lab.results.run_cached` (a finished run is loaded, not repeated; a failed one
 is kept with its reason). The analysis functions turn a :class:`ServingResult` into tidy tables for
 the notebook: capacity, throughput vs concurrency, per-class latency percentiles, the fp8-vs-baseline
-deltas with bootstrap CIs (:mod:`fp8lab.metrics`), the noise floor, the capacity search and the
+deltas paired per trial with t intervals, the noise floor of each config against itself and the "beyond
+noise" rule (all from :mod:`fp8lab.stats`), the capacity search and the
 roofline comparison (:mod:`fp8lab.roofline`). :func:`fidelity_check` compares fp8lab's offline
 throughput with vLLM's own ``vllm bench throughput`` on the same settings.
 """
@@ -39,7 +43,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from fp8lab import kvmath, metrics, roofline
+from fp8lab import kvmath, metrics, roofline, stats
 from fp8lab.specs import EngineSpec, KVDtype, Phase, Request, SpecError, check_choice, check_float, check_int
 from fp8lab.workloads import REPORT_MIX, PromptSource, RequestClass, build_requests, parse_mix, with_arrivals
 
@@ -79,6 +83,11 @@ class ServingPlan:
     (phases ``naive-c<N>``, the same requests as ``closed-c<N>``, on the same engines; claim 8 of the audit).
     ``prompt_source``: ``"text"`` (held-out text, needs the model's tokenizer) | ``"random"`` (dummy
     weights). ``seed`` seeds the request draws; every arm and trial gets the same requests.
+
+    Closed-loop phases are sustained: each runs until at least ``max(closed_loop_requests, 4 x N)``
+    requests have finished **and** ``phase_seconds`` have passed, holding ``N`` in flight to the end
+    (:func:`min_requests`). ``warmup_requests`` run once per engine, before its first trial, and are
+    discarded.
     """
 
     engine: EngineSpec
@@ -97,6 +106,7 @@ class ServingPlan:
     naive_concurrency: tuple[int, ...] = ()
     prompt_source: PromptSource = "text"
     seed: int = 0
+    phase_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, EngineSpec):
@@ -143,6 +153,9 @@ class ServingPlan:
                                 f"{list(self.concurrency)} (the two methods are compared at the same points)")
         check_choice(self, "prompt_source", self.prompt_source, PromptSource)
         check_int(self, "seed", self.seed, 0, 2**31 - 1)
+        if isinstance(self.phase_seconds, int) and not isinstance(self.phase_seconds, bool):
+            setf("phase_seconds", float(self.phase_seconds))
+        check_float(self, "phase_seconds", self.phase_seconds, 0.0, 86_400.0)
         limit = self.engine.max_model_len if self.engine.max_model_len not in (None, -1) else None
         shapes = [(c.name, c.input_len + c.output_len) for c in self.mix]
         if self.capacity_shape is not None:
@@ -166,8 +179,39 @@ class ServingPlan:
 
 
 def trial_order(kv_dtypes: Sequence[str], trials: int) -> list[tuple[int, str]]:
-    """The interleaved run order ``A B A B ...``: ``[(0, A), (0, B), (1, A), (1, B), ...]``."""
+    """The trials of each dtype: ``[(0, A), (0, B), (1, A), (1, B), ...]`` (the phases inside them are
+    interleaved by :func:`paired_schedule`)."""
     return [(t, d) for t in range(trials) for d in kv_dtypes]
+
+
+def min_requests(plan: ServingPlan, concurrency: int) -> int:
+    """Requests a closed-loop phase of ``concurrency`` finishes at least: ``max(closed_loop_requests, 4 x N)``
+    (also the size of its request pool, which repeats while the phase lasts)."""
+    return max(plan.closed_loop_requests, 4 * concurrency)
+
+
+def paired_schedule(phase_names: dict[str, dict[int, Sequence[str]]], kv_dtypes: Sequence[str],
+                    trials: int) -> list[tuple[int, str, str]]:
+    """The run order of the paired design, ``[(trial, phase, kv_dtype), ...]``: within each trial, phase by
+    phase, the dtypes alternate ``A B`` / ``B A`` by ``(trial + phase index) % 2`` (so each dtype goes first
+    equally often, by phase and by trial; the index counts the measured phases, the warm-up runs ``A B``); a
+    phase only one dtype has (its own capacity ladder) runs alone.
+    ``phase_names[dtype][trial]``: that engine's phases of that trial, in order.
+
+    >>> paired_schedule({"a": {0: ["warmup", "x"], 1: ["x"]}, "b": {0: ["warmup", "x"], 1: ["x"]}}, ["a", "b"], 2)
+    [(0, 'warmup', 'a'), (0, 'warmup', 'b'), (0, 'x', 'a'), (0, 'x', 'b'), (1, 'x', 'b'), (1, 'x', 'a')]
+    """
+    out = []
+    for t in range(trials):
+        names: list[str] = []
+        for d in kv_dtypes:
+            names += [n for n in phase_names.get(d, {}).get(t, ()) if n not in names]
+        measured = [n for n in names if n != "warmup"]
+        for name in names:
+            j = measured.index(name) if name in measured else -t  # the warm-up: A B
+            order = list(kv_dtypes) if (t + j) % 2 == 0 else list(kv_dtypes)[::-1]
+            out += [(t, name, d) for d in order if name in phase_names.get(d, {}).get(t, ())]
+    return out
 
 
 def mean_context(mix: Sequence[RequestClass]) -> float:
@@ -244,20 +288,21 @@ def _tagged(reqs: Sequence[Request], tag: str, **changes: Any) -> tuple[Request,
 
 def build_phases(plan: ServingPlan, kv_dtype: str, trial: int, concurrency: Sequence[int],
                  capacity_predicted: int | None) -> list[Phase]:
-    """The phases one engine (``kv_dtype``, ``trial``) serves, in order. Requests are drawn with fixed
-    seeds, so every arm and trial gets the same ones; each is tagged ``trial<k>`` (which also gives
-    every trial its own run directory in the results store)."""
+    """The phases one engine (``kv_dtype``, ``trial``) serves, in order: the warm-up in trial 0 only (the
+    engine lives through all trials). Requests are drawn with fixed seeds, so every arm and trial gets the
+    same ones; each is tagged ``trial<k>`` (which also gives every trial its own run directory in the
+    results store). A closed-loop phase's requests are its pool (:func:`min_requests`)."""
     model, src, tag = plan.engine.model, plan.prompt_source, f"trial{trial}"
     phases: list[Phase] = []
-    if plan.warmup_requests:
+    if plan.warmup_requests and trial == 0:
         reqs = build_requests(model, plan.mix, plan.warmup_requests, source=src, seed=plan.seed + 1)
         phases.append(Phase("warmup", _tagged(reqs, tag), concurrency=max(concurrency)))
     for c in concurrency:
-        n = max(plan.closed_loop_requests, c)  # every point reaches its concurrency
+        n = min_requests(plan, c)  # every point reaches its concurrency, 4 times over at least
         reqs = build_requests(model, plan.mix, n, source=src, seed=plan.seed + 2)
         phases.append(Phase(f"closed-c{c}", _tagged(reqs, tag), concurrency=c))
     for c in plan.naive_concurrency:
-        n = max(plan.closed_loop_requests, c)
+        n = min_requests(plan, c)
         reqs = build_requests(model, plan.mix, n, source=src, seed=plan.seed + 2)  # closed-c<N>'s requests
         phases.append(Phase(f"naive-c{c}", _tagged(reqs, tag), concurrency=c, client="final"))
     for i, rate in enumerate(plan.rates):
@@ -322,12 +367,310 @@ def _block_info(plan: ServingPlan, study: str, runner: Callable[..., Any]) -> di
     return out
 
 
-def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] | None = None,
-              progress: bool = True) -> ServingResult:
-    """Run (or load) every engine of the plan in the interleaved order and collect the tidy frames.
+def phase_payload(plan: ServingPlan, phase: Phase, trial: int) -> dict[str, Any]:
+    """What the engine process receives for one phase: the phase as a dict, with ``min_seconds`` /
+    ``min_requests`` for a sustained closed loop (streamed closed-loop phases) and a ``key`` naming the
+    trial."""
+    d = dataclasses.asdict(phase)
+    d["key"] = f"t{trial}:{phase.name}"
+    if phase_meta(phase.name)["kind"] == "closed":
+        d.update(min_seconds=plan.phase_seconds, min_requests=min_requests(plan, int(phase.concurrency or 1)))
+    return d
 
-    ``runner`` replaces :func:`fp8lab.results.run_cached` (same signature; tests pass a fake). A failed
-    engine stays in ``engines`` with its status and error; the analyses use the engines that ran.
+
+def _plan_phases(plan: ServingPlan, conc: Sequence[int], cap_pred: dict[str, int]) -> dict[str, dict[int, list[Phase]]]:
+    return {d: {t: build_phases(plan, d, t, conc, cap_pred.get(d)) for t in range(plan.trials)} for d in plan.kv_dtypes}
+
+
+def _planned(plan: ServingPlan) -> tuple[tuple[int, ...], dict[str, int]]:
+    """The closed-loop sweep and capacity predictions known before any engine starts (from the KV formula when
+    the budget is fixed; else the given sweep, and no capacity ladder yet)."""
+    blocks = {}
+    for d in plan.kv_dtypes:
+        spec = plan.spec_for(d)
+        bs = spec.block_size or default_block_size()
+        n = predicted_blocks(spec, bs)
+        if n is None:
+            return plan.concurrency or (1,), {}
+        blocks[d] = (int(n), int(bs))
+    conc = resolve_concurrency(plan, blocks)
+    cap = {d: concurrency_limit(n, bs, sum(plan.capacity_shape)) for d, (n, bs) in blocks.items()} \
+        if plan.capacity_shape is not None else {}
+    return conc, cap
+
+
+def schedule_table(plan: ServingPlan) -> pd.DataFrame:
+    """The paired run order before any engine starts: one row per (trial, phase, dtype) in order, with the
+    phase's requests (a sustained closed loop: its pool and the least it finishes) and its least duration."""
+    conc, cap = _planned(plan)
+    phases = _plan_phases(plan, conc, cap)
+    names = {d: {t: [p.name for p in ps] for t, ps in by_t.items()} for d, by_t in phases.items()}
+    by_name = {(t, p.name, d): p for d, by_t in phases.items() for t, ps in by_t.items() for p in ps}
+    rows = []
+    for i, (t, name, d) in enumerate(paired_schedule(names, plan.kv_dtypes, plan.trials)):
+        pay = phase_payload(plan, by_name[(t, name, d)], t)
+        rows.append({"order": i, "trial": t, "phase": name, "kv_dtype": d, "requests": len(pay["requests"]),
+                     "min_requests": pay.get("min_requests"), "min_seconds": pay.get("min_seconds")})
+    return pd.DataFrame(rows)
+
+
+def estimate_seconds(plan: ServingPlan, concurrency: Sequence[int] | None = None, *, engine_start_s: float | None = None,
+                     step_s: float = 0.02, overhead_s: float = 1.0, fidelity: tuple[int, int] | None = None,
+                     fidelity_run_s: float = 35.0, fidelity_start_s: float = 45.0) -> pd.DataFrame:
+    """A time plan of the paired study before any engine starts: one row per part (``engine starts``,
+    ``warm-up``, ``closed loop``, ``open loop``, ``capacity``, ``fidelity``) with ``seconds`` and how it was
+    reckoned, then the ``total``. Assumptions (the arguments): each engine starts in ``engine_start_s`` (a
+    fresh H200 host compiles and captures CUDA graphs in about 144 s per engine; default 144 on GPU, 30 on
+    CPU); a decode step takes ``step_s``, so a request of the mix lasts its output length x ``step_s`` plus
+    0.5 s and a wave of requests its longest output x ``step_s`` plus 2 s; every phase adds ``overhead_s``. A
+    closed-loop phase lasts ``phase_seconds`` or its least requests' time, whichever is longer; an open-loop
+    phase its schedule plus a wave; a warm-up one wave per ``concurrency`` requests; a capacity phase two waves
+    of its output length; ``fidelity = (rounds, runs per round)`` costs ``fidelity_start_s + fidelity_run_s``
+    per run."""
+    conc = tuple(concurrency or _planned(plan)[0])
+    if engine_start_s is None:
+        engine_start_s = 144.0 if _on_gpu() else 30.0
+    nd, t = len(plan.kv_dtypes), plan.trials
+    w = sum(c.weight for c in plan.mix)
+    mean_req = sum(c.weight * c.output_len for c in plan.mix) / w * step_s + 0.5
+    wave = max(c.output_len for c in plan.mix) * step_s + 2.0
+    closed = sum(max(plan.phase_seconds, min_requests(plan, c) * mean_req / c) + overhead_s for c in conc)
+    naive = sum(min_requests(plan, c) * mean_req / c + overhead_s for c in plan.naive_concurrency)
+    opened = sum(plan.open_loop_requests / r + wave + overhead_s for r in plan.rates) * len(plan.arrivals)
+    cap, n_cap = 0.0, 3 + len(plan.capacity_factors)
+    if plan.capacity_shape is not None and plan.capacity_trials:
+        cap = nd * n_cap * (2 * (plan.capacity_shape[1] * step_s + 2.0) + overhead_s) * plan.capacity_trials
+    warm = nd * math.ceil(plan.warmup_requests / max(conc)) * wave if plan.warmup_requests else 0.0
+    rows = [("engine starts", nd * engine_start_s, f"{nd} engines x {engine_start_s:.0f} s, alive together"),
+            ("warm-up", warm, f"{plan.warmup_requests} requests per engine at c={max(conc)}"),
+            ("closed loop", nd * t * (closed + naive),
+             f"{nd} dtypes x {t} trials x {len(conc) + len(plan.naive_concurrency)} phases, streamed ones >= "
+             f"{plan.phase_seconds:g} s"),
+            ("open loop", nd * t * opened, f"{nd} dtypes x {t} trials x {len(plan.rates) * len(plan.arrivals)} phases"),
+            ("capacity", cap, f"{nd} ladders of {n_cap} phases")]
+    if fidelity:
+        r, k = fidelity
+        rows.append(("fidelity", r * k * (fidelity_start_s + fidelity_run_s),
+                     f"{r} rounds x {k} runs x ({fidelity_start_s:g} s start + {fidelity_run_s:g} s)"))
+    df = pd.DataFrame(rows, columns=["part", "seconds", "reckoned"])
+    total = df.seconds.sum()
+    df = pd.concat([df, pd.DataFrame([("total", total, f"{total / 60:.1f} minutes")], columns=df.columns)],
+                   ignore_index=True)
+    df["seconds"] = df.seconds.round(0)
+    return df
+
+
+def _gz_json_write(path: Path, obj: Any) -> None:
+    import gzip
+
+    tmp = path.with_suffix(".tmp")
+    with gzip.open(tmp, "wt") as f:
+        json.dump(obj, f, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    tmp.replace(path)
+
+
+def _gz_json_read(path: Path) -> Any:
+    import gzip
+
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+class _EngineProc:
+    """One engine alive in its own spawned process (:mod:`fp8lab.serving_worker`), serving phases on command."""
+
+    def __init__(self, spec: EngineSpec, log_path: Path, sample_interval_s: float = 0.25):
+        import multiprocessing as mp
+
+        from fp8lab import serving_worker
+
+        self.spec, self.log_path = spec, log_path
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serving_worker.entry, name=f"fp8lab-serve-{spec.kv_cache_dtype}",
+                                args=(str(log_path), {}, spec.to_dict(), {"sample_interval_s": sample_interval_s}, child))
+        self.proc.start()
+        child.close()
+
+    def _wait(self, timeout: float) -> dict[str, Any]:
+        from fp8lab.engine import classify_failure, root_cause
+
+        try:
+            if self.conn.poll(timeout):
+                msg = self.conn.recv()
+            else:
+                msg = {"status": "timeout", "error": f"no answer within timeout_s = {timeout:.0f} s"}
+        except (EOFError, OSError) as exc:
+            msg = {"status": "error", "error": f"engine process ended ({type(exc).__name__}, exit code {self.proc.exitcode})"}
+        if msg.get("status") not in ("ok", "ready"):
+            log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+            err = root_cause(log, msg.get("error")) if log else msg.get("error")
+            status = "timeout" if msg["status"] == "timeout" else classify_failure(f"{err}\n{msg.get('error')}")
+            msg = {**msg, "status": status, "error": err}
+        return msg
+
+    def start(self) -> dict[str, Any]:
+        return self._wait(self.spec.timeout_s)
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self.conn.send(payload)
+        except (BrokenPipeError, OSError) as exc:
+            return {"status": "error", "error": f"engine process gone: {exc}"}
+        return self._wait(self.spec.timeout_s)
+
+    def stop(self) -> None:
+        from fp8lab.engine import _kill_group, _reap_descendants
+
+        try:
+            self.conn.send(None)
+            self.proc.join(timeout=60)
+        except (BrokenPipeError, OSError):
+            pass
+        if self.proc.pid:
+            _reap_descendants(self.proc.pid)
+            _kill_group(self.proc.pid)
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: dict[str, int],
+                progress: bool, engine_factory: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
+    """The paired design: both engines alive at once, phases interleaved by :func:`paired_schedule`. Each
+    finished phase is kept at once (``<runs>/<study>/paired-<hash>/``), so a run cut short resumes with the
+    phases it lacks; once every phase is in, each (trial, dtype) is saved as an ordinary run directory of the
+    results store (:mod:`fp8lab.results`) and the progress folder is removed. ``engine_factory(spec, log_path)``
+    replaces :class:`_EngineProc` (an object with ``start()``, ``run(payload)`` and ``stop()``; tests pass one
+    that answers without vLLM)."""
+    from fp8lab import results
+    from fp8lab.engine import EngineResult
+    from fp8lab.paths import runs_dir
+    from fp8lab.specs import spec_hash
+
+    phases = _plan_phases(plan, conc, cap_pred)
+    names = {d: {t: [p.name for p in ps] for t, ps in by_t.items()} for d, by_t in phases.items()}
+    sched = paired_schedule(names, plan.kv_dtypes, plan.trials)
+    design = {"design": "paired-interleaved", "plan": plan.to_dict(), "concurrency": list(conc),
+              "capacity_predicted": cap_pred}
+    descs = {(t, d): {**results.run_descriptor(plan.spec_for(d), phases[d][t], "async", 0.25),
+                      "paired": spec_hash(design), "trial": t} for d in plan.kv_dtypes for t in range(plan.trials)}
+    rdirs = {k: results.run_dir_for(study, v) for k, v in descs.items()}
+    if all((rd / "engine.json").exists() and json.loads((rd / "engine.json").read_text()).get("status") == "ok"
+           for rd in rdirs.values()):
+        out = [{"trial": t, "kv_dtype": d, "order": i, "result": results.load(rdirs[(t, d)], plan.spec_for(d))}
+               for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials))]
+        if progress:
+            print(f"paired study: {len(out)} stored trials loaded ({rdirs[(0, plan.baseline)].parent})", flush=True)
+        return out
+    work = runs_dir() / study / f"paired-{spec_hash(design)}"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "design.json").write_text(json.dumps(design, indent=2, default=str))
+
+    def ph_path(t: int, name: str, d: str) -> Path:
+        return work / f"phase-t{t}-{name}-{d}.json.gz"
+
+    todo = [k for k in sched if not ph_path(*k).exists()]
+    engines: dict[str, dict[str, Any]] = {}
+    for d in plan.kv_dtypes:
+        ep = work / f"engine-{d}.json"
+        if ep.exists():
+            engines[d] = json.loads(ep.read_text())
+    procs: dict[str, _EngineProc] = {}
+    t_all = time.perf_counter()
+    try:
+        for d in plan.kv_dtypes:
+            if not any(k[2] == d for k in todo):
+                continue
+            t = time.perf_counter()
+            p = (engine_factory or _EngineProc)(plan.spec_for(d), work / f"worker-{d}.log")
+            msg = p.start()
+            if msg["status"] == "ready":
+                procs[d] = p
+                engines[d] = {"status": "ok", "error": None, "engine": msg["engine"], "provenance": msg["provenance"]}
+            else:
+                p.stop()
+                engines[d] = {"status": msg["status"], "error": msg.get("error"), "engine": {}, "provenance": {}}
+            (work / f"engine-{d}.json").write_text(json.dumps(engines[d], indent=2, default=str))
+            if progress:
+                print(f"engine kv_cache_dtype={d}: {engines[d]['status']} in {time.perf_counter() - t:.0f} s"
+                      + (f" - {engines[d]['error']}" if engines[d]["status"] != "ok" else ""), flush=True)
+        by_name = {(t, p.name, d): p for d, by_t in phases.items() for t, ps in by_t.items() for p in ps}
+        for i, key in enumerate(todo):
+            t, name, d = key
+            if d not in procs:
+                continue
+            t0 = time.perf_counter()
+            msg = procs[d].run(phase_payload(plan, by_name[key], t))
+            took = time.perf_counter() - t0
+            if msg["status"] != "ok":
+                engines[d].update(status=msg["status"], error=f"during trial {t} phase {name}: {msg.get('error')}")
+                (work / f"engine-{d}.json").write_text(json.dumps(engines[d], indent=2, default=str))
+                procs.pop(d).stop()
+                if progress:
+                    print(f"[{i + 1}/{len(todo)}] trial {t} {name} {d}: {msg['status']} - {msg.get('error')}", flush=True)
+                continue
+            _gz_json_write(ph_path(*key), {"rows": msg["rows"], "stats": {**msg["stats"], "took_s": took},
+                                           "samples": msg["samples"], "t_wall": time.time()})
+            if progress:
+                st = msg["stats"]
+                print(f"[{i + 1}/{len(todo)}] trial {t} {name} {d}: {st['requests']} requests, "
+                      f"{st['output_tokens'] / max(st['wall_s'], 1e-9):.0f} output tok/s over {st['wall_s']:.1f} s "
+                      f"({took:.0f} s, {time.perf_counter() - t_all:.0f} s so far)", flush=True)
+    finally:
+        for p in procs.values():
+            p.stop()
+    import pandas as pd_
+
+    out, complete = [], True
+    for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials)):
+        eng = engines.get(d, {"status": "error", "error": "engine never started", "engine": {}, "provenance": {}})
+        recs, samples, stats, missing = [], [], {}, []
+        for name in names[d][t]:
+            f = ph_path(t, name, d)
+            if not f.exists():
+                missing.append(name)
+                continue
+            ph = _gz_json_read(f)
+            for r in ph["rows"]:  # float32 gaps: a tenth of a microsecond is far below the clock's own resolution
+                if isinstance(r.get("itl_s"), list):
+                    r["itl_s"] = np.asarray(r["itl_s"], dtype=np.float32)
+            recs += ph["rows"]
+            samples += [{**s, "phase": name} for s in ph["samples"]]
+            stats[name] = ph["stats"]
+        facts = dict(eng.get("engine") or {})
+        facts["run_wall_s"] = float(sum(v.get("took_s", 0.0) for v in stats.values()))
+        mems = [s["mem_bytes"] for s in samples if s.get("mem_bytes") is not None]
+        facts["mem_peak_bytes"] = max(mems) if mems else facts.get("mem_after_start_bytes")
+        facts["mem_steady_bytes"] = float(np.median(mems)) if mems else facts.get("mem_after_start_bytes")
+        status = "ok" if not missing and eng["status"] == "ok" else (eng["status"] if eng["status"] != "ok" else "error")
+        error = None if status == "ok" else (eng.get("error") or f"phases not run: {', '.join(missing)}")
+        res = EngineResult(status=status, error=error, engine=facts, records=pd_.DataFrame(recs),
+                           samples=pd_.DataFrame(samples), phases=stats, provenance=eng.get("provenance") or {},
+                           spec=plan.spec_for(d), log_tail="", run_dir=rdirs[(t, d)])
+        complete &= status == "ok"
+        out.append({"trial": t, "kv_dtype": d, "order": i, "result": res})
+    if complete:  # every phase in: the ordinary store keeps them, the progress folder goes
+        import shutil
+
+        for run in out:
+            rd = rdirs[(run["trial"], run["kv_dtype"])]
+            results.save(run["result"], rd, descs[(run["trial"], run["kv_dtype"])])
+            log = work / f"worker-{run['kv_dtype']}.log"
+            if log.exists():
+                (rd / "worker.log.tail").write_text(log.read_text(errors="replace")[-4000:])
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] | None = None,
+              progress: bool = True, engine_factory: Callable[..., Any] | None = None) -> ServingResult:
+    """Run (or load) the paired study: one engine per kv dtype, both alive at once, phases interleaved by
+    :func:`paired_schedule` (:func:`_run_paired`), and collect the tidy frames.
+
+    ``runner`` replaces :func:`fp8lab.results.run_cached` for the capacity probe of an engine without a fixed
+    KV budget, ``engine_factory`` the engine processes (see :func:`_run_paired`). A failed engine stays in ``engines`` with its status and error; the analyses use the engines
+    that ran.
     """
     if runner is None:
         from fp8lab.results import run_cached as runner
@@ -337,17 +680,11 @@ def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] 
     cap_pred = {}
     if plan.capacity_shape is not None:
         cap_pred = {d: concurrency_limit(n, bs, sum(plan.capacity_shape)) for d, (n, bs) in blocks.items()}
-    runs = []
-    order = trial_order(plan.kv_dtypes, plan.trials)
-    for i, (trial, dt) in enumerate(order):
-        phases = build_phases(plan, dt, trial, conc, cap_pred.get(dt))
-        t = time.perf_counter()
-        res = runner(plan.spec_for(dt), phases, study=study, driver="async")
-        if progress:
-            cached = " (cached)" if getattr(res, "extra", {}).get("cached") else ""
-            print(f"[{i + 1}/{len(order)}] trial {trial} kv_cache_dtype={dt}: {res.status}{cached} "
-                  f"in {time.perf_counter() - t:.0f} s" + (f" - {res.error}" if res.status != "ok" else ""), flush=True)
-        runs.append({"trial": trial, "kv_dtype": dt, "order": i, "result": res})
+    if progress:
+        est = estimate_seconds(plan, conc)
+        print(f"plan: {len(plan.kv_dtypes)} engines alive together, {plan.trials} trials, closed loop at c={list(conc)}, "
+              f"estimate {est.seconds.iloc[-1] / 60:.1f} min", flush=True)
+    runs = _run_paired(plan, study, conc, cap_pred, progress, engine_factory)
     out = ServingResult(plan=plan, runs=runs, concurrency=conc, blocks=blocks)
     _collect(out)
     out.wall_s = time.perf_counter() - t0
@@ -601,6 +938,8 @@ def _metric_samples(res: ServingResult, m: Metric, kv_dtype: str) -> tuple[np.nd
 
 
 def _per_trial(values: np.ndarray, trials: np.ndarray, statistic: str) -> dict[int, float]:
+    """The metric's statistic within each trial (a percentile of that trial's requests or gaps, never of
+    requests pooled over trials)."""
     stat = metrics.statistic_fn(statistic)
     out = {}
     for t in pd.unique(trials):
@@ -610,62 +949,68 @@ def _per_trial(values: np.ndarray, trials: np.ndarray, statistic: str) -> dict[i
     return out
 
 
-def delta_table(res: ServingResult, metric_list: Sequence[Metric] | None = None, n_boot: int = 2000,
-                seed: int = 0) -> pd.DataFrame:
-    """For each headline metric and each non-baseline dtype B: the baseline's and B's value, the relative
-    delta ``B / A - 1`` in %, its bootstrap 95% CI, the label ("within noise" when the CI contains 0,
-    else "better" / "worse" for B by the metric's direction), the metric's noise floor (the largest
-    difference between two trials of the same config, %) and ``beyond_noise_floor`` (the CI excludes 0
-    *and* the delta is larger than the noise floor: the stricter test; with 3 trials a percentile
-    bootstrap interval is narrow by construction, so the noise floor is the better guard).
+DELTA_COLUMNS = ["metric", "kind", "baseline", "kv_dtype", "unit", "a", "b", "delta_pct", "lo_pct", "hi_pct", "n",
+                 "label", "noise_floor_pct", "noise_floor_q25_pct", "noise_floor_q75_pct", "noise_pairs",
+                 "detectable_pct", "beyond_noise_floor", "n_a", "n_b", "higher_is_better", "a_per_trial", "b_per_trial"]
 
-    Throughput (one number per engine) uses the paired bootstrap over trials (A and B of trial i ran back
-    to back); latency percentiles use the two-level bootstrap (trials, then requests or gaps within).
-    """
+
+def delta_row(name: str, a_per_trial: dict[int, float], b_per_trial: dict[int, float], higher_is_better: bool,
+              ci: float = 0.95) -> dict[str, Any]:
+    """One metric's A/B comparison from its per-trial values (``{trial: value}`` of A and of B): the paired
+    delta over the trials both have (:func:`fp8lab.stats.paired_delta`: t interval on the log ratios, valid
+    for that n), the noise floor of each config against itself over consecutive trials
+    (:func:`fp8lab.stats.noise_floor`), the label, ``beyond_noise_floor`` (:func:`fp8lab.stats.beyond_noise`)
+    and ``detectable_pct`` (:func:`fp8lab.stats.smallest_detectable_pct`)."""
+    common = sorted(set(a_per_trial) & set(b_per_trial))
+    d = stats.paired_delta([a_per_trial[t] for t in common], [b_per_trial[t] for t in common], ci)
+    nf = stats.noise_floor([[a_per_trial[t] for t in sorted(a_per_trial)], [b_per_trial[t] for t in sorted(b_per_trial)]])
+    return {"metric": name, "a": d.a, "b": d.b, "delta_pct": d.delta_pct, "lo_pct": d.lo_pct, "hi_pct": d.hi_pct,
+            "n": d.n, "label": stats.delta_label(d, higher_is_better), "noise_floor_pct": nf.median_pct,
+            "noise_floor_q25_pct": nf.q25_pct, "noise_floor_q75_pct": nf.q75_pct, "noise_pairs": nf.n_pairs,
+            "detectable_pct": stats.smallest_detectable_pct(d, nf), "beyond_noise_floor": stats.beyond_noise(d, nf),
+            "n_a": len(a_per_trial), "n_b": len(b_per_trial), "higher_is_better": higher_is_better,
+            "a_per_trial": [float(a_per_trial[t]) for t in sorted(a_per_trial)],
+            "b_per_trial": [float(b_per_trial[t]) for t in sorted(b_per_trial)]}
+
+
+def delta_table(res: ServingResult, metric_list: Sequence[Metric] | None = None, ci: float = 0.95) -> pd.DataFrame:
+    """For each headline metric and each non-baseline dtype B, the paired comparison of :func:`delta_row`:
+    one value per engine and trial (throughput: the phase's; a latency percentile: that percentile of the
+    trial's own requests or gaps), A and B of a trial paired (their phases ran back to back, alternating
+    which went first). ``a`` / ``b`` are the per-trial means (ms for latencies), ``delta_pct`` the geometric-mean
+    ratio's change with its t interval (``lo_pct``, ``hi_pct``; ``n`` pairs), ``label`` "within noise" when
+    the interval contains 0, else "better" / "worse" for B; ``noise_floor_pct`` the median absolute difference
+    between consecutive trials of the same config (with its IQR); ``beyond_noise_floor`` only when the
+    interval excludes 0 and ``|delta|`` exceeds the floor; ``detectable_pct`` the smallest delta this run
+    could have called beyond noise."""
     metric_list = list(metric_list) if metric_list is not None else headline_metrics(res)
     a_dt = res.plan.baseline
     rows = []
     for m in metric_list:
         va, ta = _metric_samples(res, m, a_dt)
-        per_trial_rows = [{"kv_dtype": a_dt, "trial": t, "value": v} for t, v in _per_trial(va, ta, m.statistic).items()]
+        pa = _per_trial(va, ta, m.statistic)
+        scale = 1.0 if m.level == "phase" else 1e3
         for b_dt in res.plan.kv_dtypes[1:]:
             vb, tb = _metric_samples(res, m, b_dt)
-            if m.level == "phase":
-                common = sorted(set(ta) & set(tb))
-                pa = dict(zip(ta, va, strict=True))
-                pb = dict(zip(tb, vb, strict=True))
-                ci = metrics.bootstrap_paired_delta([pa[t] for t in common], [pb[t] for t in common],
-                                                    n_boot=n_boot, seed=seed)
-            else:
-                ci = metrics.bootstrap_delta(va, vb, m.statistic, clusters_a=ta, clusters_b=tb, n_boot=n_boot, seed=seed)
-            pt = per_trial_rows + [{"kv_dtype": b_dt, "trial": t, "value": v}
-                                   for t, v in _per_trial(vb, tb, m.statistic).items()]
-            nf = metrics.noise_floor(pd.DataFrame(pt)) if pt else {"max_pct": np.nan}
-            d = ci.as_dict()
-            label = d["label"]
-            if label != "within noise":
-                better = (ci.delta > 0) == m.higher_is_better
-                label = "better" if better else "worse"
-            scale = 1.0 if m.level == "phase" else 1e3
-            rows.append({"metric": m.name, "kind": m.kind, "baseline": a_dt, "kv_dtype": b_dt,
-                         "unit": "tok/s" if m.level == "phase" else "ms",
-                         "a": d["a"] * scale, "b": d["b"] * scale, "delta_pct": d["delta_pct"], "lo_pct": d["lo_pct"],
-                         "hi_pct": d["hi_pct"], "label": label, "noise_floor_pct": nf["max_pct"],
-                         "beyond_noise_floor": bool(label != "within noise" and abs(d["delta_pct"]) > nf["max_pct"]),
-                         "n_a": d["n_a"], "n_b": d["n_b"], "higher_is_better": m.higher_is_better})
-    return pd.DataFrame(rows)
+            pb = _per_trial(vb, tb, m.statistic)
+            row = delta_row(m.name, {t: v * scale for t, v in pa.items()}, {t: v * scale for t, v in pb.items()},
+                            m.higher_is_better, ci)
+            rows.append({**row, "kind": m.kind, "baseline": a_dt, "kv_dtype": b_dt,
+                         "unit": "tok/s" if m.level == "phase" else "ms"})
+    return pd.DataFrame(rows, columns=DELTA_COLUMNS)
 
 
 def noise_floor_table(res: ServingResult) -> pd.DataFrame:
     """The same config against itself, for the closed-loop throughput at every concurrency: per dtype and
-    concurrency the per-trial output tokens/s, and the largest / median relative difference between two of
-    its trials (%)."""
+    concurrency the per-trial output tokens/s (in trial order) and the median absolute relative difference
+    between consecutive trials (%), with its IQR and the number of differences."""
     tp = throughput_table(res)
     rows = []
     for (d, c), g in tp.groupby(["kv_dtype", "concurrency"]):
-        nf = metrics.noise_floor(g.assign(value=g.output_tok_s), config="kv_dtype")
+        g = g.sort_values("trial")
+        nf = stats.noise_floor([g.output_tok_s.to_numpy(float)])
         rows.append({"kv_dtype": d, "concurrency": c, "output_tok_s_per_trial": g.output_tok_s.round(1).tolist(),
-                     "max_pct": nf["max_pct"], "median_pct": nf["median_pct"], "n_pairs": nf["n_pairs"]})
+                     "median_pct": nf.median_pct, "q25_pct": nf.q25_pct, "q75_pct": nf.q75_pct, "n_pairs": nf.n_pairs})
     return pd.DataFrame(rows)
 
 
@@ -782,6 +1127,22 @@ def _fmt_ci(r: pd.Series) -> str:
     return f"{r.delta_pct:+.1f}% [{r.lo_pct:+.1f}, {r.hi_pct:+.1f}]"
 
 
+def _row_delta(r: Any) -> tuple[stats.PairedDelta, stats.NoiseFloor]:
+    return (stats.PairedDelta(r.a, r.b, r.delta_pct, r.lo_pct, r.hi_pct, int(r.n)),
+            stats.NoiseFloor(r.noise_floor_pct, r.noise_floor_q25_pct, r.noise_floor_q75_pct, int(r.noise_pairs)))
+
+
+def delta_line(r: Any) -> str:
+    """One delta row as the verdict states it: the delta, its interval, n, the floor with its IQR, the smallest
+    detectable effect and whether it is beyond noise."""
+    d, nf = _row_delta(r)
+    if r.label == "within noise":
+        tail = "within noise"
+    else:
+        tail = f"{r.label}, beyond noise" if r.beyond_noise_floor else f"{r.label}, but not beyond the noise floor"
+    return f"{stats.delta_sentence(d, nf)}: {tail}"
+
+
 def _tput_point(metric: str) -> str:
     """``output tok/s @c=8`` -> ``c=8``; ``output tok/s (no stream) @c=8`` -> ``c=8 (no stream)``."""
     note, _, point = metric.removeprefix("output tok/s").rpartition("@")
@@ -822,7 +1183,7 @@ def preemption_line(tp: pd.DataFrame, baseline: str, other: str) -> str | None:
     for (d, c), g in t.groupby(["kv_dtype", "concurrency"]):
         counts = g.sort_values("trial").preemptions.fillna(0).astype(int).tolist()
         if sum(counts):
-            per.setdefault(d, []).append(f"c={c} ({', '.join(map(str, counts))} over {len(counts)} trials)")
+            per.setdefault(d, []).append(f"c={int(c)} ({', '.join(map(str, counts))} over {len(counts)} trials)")
     if not per:
         return None
     said = [f"`{d}` preempted at {'; '.join(per[d])}" if d in per else f"`{d}` never preempted"
@@ -858,30 +1219,27 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
         d = deltas[deltas.kv_dtype == b]
         tput = d[d.metric.str.startswith("output tok/s")]
         if len(tput):
-            parts = [f"{_tput_point(m)}: {_fmt_ci(r)} ({r.label})" for m, (_, r) in zip(tput.metric, tput.iterrows(),
-                                                                                       strict=True)]
-            nf = tput.noise_floor_pct.max()
+            parts = [f"{_tput_point(r.metric)}: {delta_line(r)}" for r in tput.itertuples()]
             robust = tput[tput.beyond_noise_floor].metric.tolist()
-            lines.append(f"- **Throughput** (output tokens/s, `{b}` vs `{a}`, 95% bootstrap CI over "
-                         f"{res.plan.trials} interleaved trials): " + "; ".join(parts) +
-                         f". Noise floor (same config against itself, largest trial-to-trial difference): up to {nf:.1f}%. "
-                         + (f"Beyond both the CI and the noise floor: {', '.join(robust)}." if robust else
-                            "No throughput delta is beyond both its CI and the noise floor."))
+            lines.append(f"- **Throughput** (output tokens/s, `{b}` vs `{a}`; per trial one sustained phase per engine, "
+                         "both engines alive, phases interleaved A B / B A; 95% t-interval of the paired log ratios; "
+                         "noise floor = median |difference| between consecutive trials of the same config): "
+                         + "; ".join(parts) + ". "
+                         + (f"Beyond both the interval and the noise floor: {', '.join(robust)}." if robust else
+                            "No throughput delta is beyond both its interval and the noise floor."))
         pre = preemption_line(tp, a, b)
         if pre:
             lines.append(pre)
-        lat = d[d.metric.str.match(r"^(TTFT|TPOT) P(50|99) @c=")]
+        lat = d[d.metric.str.match(r"^(TTFT|TPOT|ITL) P(50|99) @")]
         if len(lat):
-            worse = [f"{m}{'' if r else ' (below the noise floor)'}" for m, r in
-                     zip(lat[lat.label == "worse"].metric, lat[lat.label == "worse"].beyond_noise_floor, strict=True)]
-            better = [f"{m}{'' if r else ' (below the noise floor)'}" for m, r in
-                      zip(lat[lat.label == "better"].metric, lat[lat.label == "better"].beyond_noise_floor, strict=True)]
-            noise = lat[lat.label == "within noise"].metric.tolist()
-            msg = f"- **Latency (closed loop).** Within noise: {', '.join(noise) or 'none'}."
-            if better:
-                msg += f" Better with `{b}`: {', '.join(better)}."
-            if worse:
-                msg += f" Worse with `{b}`: {', '.join(worse)}."
+            beyond = [f"{r.metric} {r.delta_pct:+.1f}% [{r.lo_pct:+.1f}, {r.hi_pct:+.1f}] ({r.label})"
+                      for r in lat.itertuples() if r.beyond_noise_floor]
+            det = lat.detectable_pct.dropna()
+            n = int(lat.n.max()) if len(lat) else 0
+            msg = (f"- **Latency** (each percentile taken per trial and engine, then paired over n={n} trials): "
+                   + (f"beyond noise: {'; '.join(beyond)}." if beyond else "no percentile delta is beyond noise.")
+                   + (f" The smallest latency effect this run could detect ranged from {det.min():.1f}% to "
+                      f"{det.max():.1f}% by metric (median {det.median():.1f}%)." if len(det) else ""))
             lines.append(msg)
     if roof is not None and len(roof.get("measured", [])):
         m = roof["measured"]
@@ -956,17 +1314,27 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
         if r.metric in ("ttft_ms", "tpot_ms", "itl_ms"):
             out[f"{r.metric.removesuffix('_ms')}_p50_ms_{r.kv_dtype}"] = r.p50
             out[f"{r.metric.removesuffix('_ms')}_p99_ms_{r.kv_dtype}"] = r.p99
-    out["deltas"] = {f"{r.kv_dtype}: {r.metric}": {"delta_pct": r.delta_pct, "lo_pct": r.lo_pct, "hi_pct": r.hi_pct,
-                                                    "label": r.label, "noise_floor_pct": r.noise_floor_pct,
-                                                    "beyond_noise_floor": r.beyond_noise_floor}
-                     for r in deltas.itertuples()}
+    keep = ("delta_pct", "lo_pct", "hi_pct", "n", "label", "noise_floor_pct", "noise_floor_q25_pct",
+            "noise_floor_q75_pct", "noise_pairs", "detectable_pct", "beyond_noise_floor", "a", "b")
+    out["deltas"] = {f"{r['kv_dtype']}: {r['metric']}": {k: r[k] for k in keep}
+                     for r in deltas.to_dict("records")}
+    out["design"] = "paired: engines alive together, phases interleaved A B / B A by phase and trial"
+    out["phase_seconds"] = plan.phase_seconds
+    out["closed_loop_min_requests"] = {str(cc): min_requests(plan, cc) for cc in res.concurrency}
+    ph = _ok(res, res.phases)
+    closed = ph[ph.kind == "closed"] if len(ph) else ph
+    if len(closed):
+        out["closed_phase_wall_s_min"] = float(closed.wall_s.min())
+        out["closed_phase_requests_min_ratio"] = float((closed.requests / closed.concurrency).min())
     head = deltas[deltas.metric == f"output tok/s @c={c}"]
     if len(head):
         h = head.iloc[0]
         out.update(throughput_delta_pct=h.delta_pct, throughput_delta_lo_pct=h.lo_pct,
-                   throughput_delta_hi_pct=h.hi_pct, throughput_delta_label=h.label)
+                   throughput_delta_hi_pct=h.hi_pct, throughput_delta_label=h.label, throughput_delta_n=int(h.n),
+                   throughput_detectable_pct=h.detectable_pct, throughput_beyond_noise=bool(h.beyond_noise_floor))
     if len(head):
-        out["noise_floor_pct"] = head.iloc[0].noise_floor_pct  # headline throughput: trial vs trial, same config
+        out["noise_floor_pct"] = head.iloc[0].noise_floor_pct  # headline throughput: consecutive trials, same config
+        out["noise_floor_iqr_pct"] = [head.iloc[0].noise_floor_q25_pct, head.iloc[0].noise_floor_q75_pct]
     rec = _ok(res, res.records)
     if len(rec) and "merged_deltas" in rec:
         measured = rec[rec.kind.isin(("closed", "open"))]
@@ -1185,9 +1553,70 @@ def fidelity_summary(rows: pd.DataFrame, tolerance: float = 0.03) -> dict[str, A
             "spread_pct": spread, "resolvable": resolvable, "rows": rows}
 
 
+
+# --------------------------------------------------------------------------------------------------
+# The notebook's parameters -> the plan; the time plan of a profile before anything starts
+# --------------------------------------------------------------------------------------------------
+
+
+def plan_from_params(p: dict[str, Any]) -> ServingPlan:
+    """The :class:`ServingPlan` of notebook 01's parameters (``MODEL``, ``KV_DTYPES``, ... as named in its
+    ``parameters`` cell; bad values raise :class:`SpecError` naming the field)."""
+    engine = EngineSpec(model=p["MODEL"], load_format=p["LOAD_FORMAT"], skip_tokenizer_init=p["SKIP_TOKENIZER_INIT"],
+                        kv_cache_gib=p["KV_CACHE_GIB"], gpu_memory_utilization=p["GPU_MEMORY_UTILIZATION"],
+                        max_model_len=p["MAX_MODEL_LEN"], block_size=p["BLOCK_SIZE"], max_num_seqs=p["MAX_NUM_SEQS"],
+                        enforce_eager=p["ENFORCE_EAGER"], seed=p["SEED"])
+    return ServingPlan(engine, kv_dtypes=p["KV_DTYPES"], mix=p["MIX"], concurrency=p["CONCURRENCY"],
+                       closed_loop_requests=p["CLOSED_LOOP_REQUESTS"], rates=p["RATES"], arrivals=p["ARRIVALS"],
+                       open_loop_requests=p["OPEN_LOOP_REQUESTS"], warmup_requests=p["WARMUP_REQUESTS"],
+                       trials=p["TRIALS"], capacity_shape=p["CAPACITY_SHAPE"], capacity_factors=p["CAPACITY_FACTORS"],
+                       naive_concurrency=p["NAIVE_CONCURRENCY"], prompt_source=p["PROMPT_SOURCE"], seed=p["SEED"],
+                       phase_seconds=p["PHASE_SECONDS"])
+
+
+def profile_estimate(profile: str, overrides: dict[str, Any] | None = None, gpu: bool = True) -> pd.DataFrame:
+    """:func:`estimate_seconds` of notebook 01 under a profile (``fp8lab/profiles.yaml``), without starting
+    anything: the parameters as papermill would pass them, engine starts of a fresh GPU host (``gpu``) or CPU."""
+    from fp8lab.paths import NOTEBOOKS_DIR
+    from fp8lab.report import load_profile, resolved_parameters
+
+    params = resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(profile), overrides)
+    plan = plan_from_params(params)
+    fid = (params["FIDELITY_ROUNDS"], 2) if params["RUN_FIDELITY"] else None
+    return estimate_seconds(plan, engine_start_s=144.0 if gpu else 30.0, step_s=0.02 if gpu else 0.01, fidelity=fid)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m fp8lab.serving --profile h200-graphs [-p NAME VALUE ...]``: print Study 01's time plan."""
+    import argparse
+    import ast
+
+    ap = argparse.ArgumentParser(prog="python -m fp8lab.serving", description=main.__doc__)
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+    ap.add_argument("--cpu", action="store_true", help="CPU engine start times")
+    a = ap.parse_args(argv)
+    over = {}
+    for k, v in a.p:
+        try:
+            over[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            over[k] = v
+    from fp8lab.paths import NOTEBOOKS_DIR
+    from fp8lab.report import load_profile, resolved_parameters
+
+    est = profile_estimate(a.profile, over, gpu=not a.cpu)
+    plan = plan_from_params(resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(a.profile), over))
+    with pd.option_context("display.width", 200, "display.max_colwidth", 100):
+        print(f"Study 01 time plan, profile {a.profile}: {len(schedule_table(plan))} phases in the paired schedule "
+              f"(each kept as phase-*.json.gz when done)\n{est.to_string(index=False)}", flush=True)
+    return 0
+
 __all__ = [
     "Arrival", "Metric", "STUDY", "ServingPlan", "ServingResult", "bench_args", "build_phases", "capacity_ladder",
-    "capacity_search", "capacity_table", "concurrency_limit", "delta_table", "engine_table", "fidelity_check",
+    "capacity_search", "capacity_table", "concurrency_limit", "delta_line", "delta_row", "delta_table", "engine_table",
+    "estimate_seconds", "fidelity_check", "min_requests", "paired_schedule", "phase_payload", "plan_from_params",
+    "profile_estimate", "schedule_table",
     "fidelity_line", "fidelity_summary", "preemption_line",
     "headline_metrics", "require_ok",
     "itl_frame", "kv_usage_timeline", "latency_summary", "mean_context", "method_table", "noise_floor_table",
@@ -1195,3 +1624,7 @@ __all__ = [
     "phase_meta", "phase_records", "predicted_blocks", "resolve_concurrency", "roofline_measured", "roofline_tables",
     "run_fp8lab_offline", "run_study", "run_vllm_bench", "summary_values", "throughput_table", "trial_order", "verdict",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -175,5 +175,132 @@ def fieller_root(fit: LinearFit) -> Root:
     return Root(x, math.nan, math.nan, False)
 
 
-__all__ = ["Interval", "LinearFit", "Root", "detectable_pct", "fieller_root", "ols", "paired_ratio", "self_noise",
-           "t_interval", "t_quantile"]
+
+# --------------------------------------------------------------------------------------------------
+# A/B deltas of paired trials, the noise floor of a configuration against itself, and the verdict rule
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    """B against A over ``n`` paired trials: ``delta_pct`` = 100 (geometric-mean ratio - 1) with its
+    t interval (``lo_pct``, ``hi_pct``; NaN for ``n < 2``) from :func:`paired_ratio`; ``a`` / ``b`` the
+    means of the per-trial values."""
+
+    a: float
+    b: float
+    delta_pct: float
+    lo_pct: float
+    hi_pct: float
+    n: int
+    ci: float = 0.95
+
+    @property
+    def excludes_zero(self) -> bool:
+        return bool(np.isfinite(self.lo_pct) and np.isfinite(self.hi_pct) and (self.lo_pct > 0 or self.hi_pct < 0))
+
+    @property
+    def half_width_pct(self) -> float:
+        return (self.hi_pct - self.lo_pct) / 2.0 if np.isfinite(self.lo_pct) else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "half_width_pct": self.half_width_pct}
+
+
+def paired_delta(a: Sequence[float], b: Sequence[float], ci: float = 0.95) -> PairedDelta:
+    """``b`` vs ``a`` for paired per-trial values (``a[i]`` and ``b[i]`` from trial ``i``): the relative
+    delta of the geometric-mean ratio with a Student-t interval on ``log(b_i / a_i)`` (``n - 1`` df).
+    Pairs with a missing or non-positive value are dropped together.
+
+    >>> d = paired_delta([100, 100, 100], [110, 110, 110])
+    >>> round(d.delta_pct, 6), round(d.lo_pct, 6), d.n
+    (10.0, 10.0, 3)
+    """
+    a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    r = paired_ratio(a_, b_, ci)
+    ok = np.isfinite(a_) & np.isfinite(b_) & (a_ > 0) & (b_ > 0)
+    pct = (lambda v: 100.0 * (v - 1.0))  # noqa: E731
+    return PairedDelta(float(a_[ok].mean()) if ok.any() else math.nan, float(b_[ok].mean()) if ok.any() else math.nan,
+                       pct(r.estimate), pct(r.lo), pct(r.hi), r.n, ci)
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """A configuration against itself: ``median_pct`` of the absolute relative differences between
+    consecutive repetitions of the same configuration (pooled over configurations), their quartiles
+    ``q25_pct`` / ``q75_pct`` (the spread of the floor), and ``n_pairs`` differences it rests on."""
+
+    median_pct: float
+    q25_pct: float
+    q75_pct: float
+    n_pairs: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def self_differences(series: Sequence[Sequence[float]]) -> np.ndarray:
+    """Percent: ``|x_{i+1} / x_i - 1|`` for consecutive finite positive values of each series (one series per
+    configuration, in run order), concatenated."""
+    out = []
+    for s in series:
+        x = np.asarray(s, dtype=float)
+        x = x[np.isfinite(x) & (x > 0)]
+        if x.size >= 2:
+            out.append(100.0 * np.abs(x[1:] / x[:-1] - 1.0))
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def noise_floor(series: Sequence[Sequence[float]]) -> NoiseFloor:
+    """The noise floor of :func:`self_differences`: their median with its interquartile range (NaN and
+    ``n_pairs`` 0 when no configuration has two values). A median, so one outlying trial does not set it.
+
+    >>> round(noise_floor([[100, 102, 100], [50, 50.5]]).median_pct, 4)  # differences 2, 1.9608, 1
+    1.9608
+    """
+    d = self_differences(series)
+    if d.size == 0:
+        return NoiseFloor(math.nan, math.nan, math.nan, 0)
+    q25, med, q75 = np.percentile(d, [25, 50, 75])
+    return NoiseFloor(float(med), float(q25), float(q75), int(d.size))
+
+
+def beyond_noise(delta: PairedDelta, floor: NoiseFloor) -> bool:
+    """The study's rule: a delta is beyond noise only when its interval excludes 0 **and** ``|delta|``
+    exceeds the noise floor's median (an unknown floor, fewer than two repetitions, never passes)."""
+    return bool(delta.excludes_zero and np.isfinite(floor.median_pct) and abs(delta.delta_pct) > floor.median_pct)
+
+
+def smallest_detectable_pct(delta: PairedDelta, floor: NoiseFloor) -> float:
+    """Percent: the smallest ``|delta|`` this run could have called beyond noise: the larger of the
+    interval's half-width (a smaller delta with this spread leaves 0 inside the interval) and the noise
+    floor (a smaller delta is not beyond it). NaN when either is unknown."""
+    hw, nf = delta.half_width_pct, floor.median_pct
+    if not (np.isfinite(hw) and np.isfinite(nf)):
+        return math.nan
+    return float(max(hw, nf))
+
+
+def delta_label(delta: PairedDelta, higher_is_better: bool) -> str:
+    """``"within noise"`` when the interval contains 0 (or is unknown), else ``"better"`` / ``"worse"``
+    for B by the metric's direction."""
+    if not delta.excludes_zero:
+        return "within noise"
+    return "better" if (delta.delta_pct > 0) == higher_is_better else "worse"
+
+
+def delta_sentence(delta: PairedDelta, floor: NoiseFloor) -> str:
+    """One line stating n, the interval, the floor and the smallest detectable effect, e.g.
+    ``+4.0% [+1.2, +6.9] (n=5 paired trials, 95% t-interval; noise floor 1.1% [IQR 0.6-2.0]; detectable >= 2.8%)``."""
+    ci = f"[{delta.lo_pct:+.1f}, {delta.hi_pct:+.1f}]" if np.isfinite(delta.lo_pct) else "[no interval]"
+    nf = (f"noise floor {floor.median_pct:.1f}% [IQR {floor.q25_pct:.1f}-{floor.q75_pct:.1f}]"
+          if np.isfinite(floor.median_pct) else "noise floor unknown")
+    sd = smallest_detectable_pct(delta, floor)
+    return (f"{delta.delta_pct:+.1f}% {ci} (n={delta.n} paired trials, {100 * delta.ci:.0f}% t-interval; {nf}; "
+            f"detectable >= {sd:.1f}%)" if np.isfinite(sd) else
+            f"{delta.delta_pct:+.1f}% {ci} (n={delta.n} paired trials; {nf}; no detectable effect stated)")
+
+
+__all__ = ["Interval", "LinearFit", "NoiseFloor", "PairedDelta", "Root", "beyond_noise", "delta_label", "delta_sentence",
+           "detectable_pct", "fieller_root", "noise_floor", "ols", "paired_delta", "paired_ratio", "self_differences",
+           "self_noise", "smallest_detectable_pct", "t_interval", "t_quantile"]

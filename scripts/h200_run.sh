@@ -4,6 +4,7 @@
 #   FP8LAB_COMMIT=<sha> bash scripts/h200_run.sh 01 03
 #   FP8LAB_COMMIT=<sha> FP8LAB_ARGS="-p RUN_FIDELITY True" FP8LAB_TAG=01-fidelity bash scripts/h200_run.sh 01
 #   FP8LAB_COMMIT=<sha> FP8LAB_PROFILE=h200-shipped bash scripts/h200_run.sh 01   (another profile; default h200)
+# Longer than one call (Study 01's paired design: about 20 minutes): scripts/h200_bg.sh, same arguments.
 # FP8LAB_SEED_RECORDS=1 first unpacks the committed stores ($FP8LAB_SEED_DIR/*.tar.gz; default reports/h200/records,
 # reports/h200/<X>/records for profile h200-<X>, reports/<profile>/records for any other) into $FP8LAB_RUNS,
 # so engines an earlier session finished (same spec, same phases, same repo path) are loaded, not re-run.

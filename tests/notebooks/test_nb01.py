@@ -22,8 +22,18 @@ def summary(run_cpu_tiny, tiny_model):
 
 
 def test_all_engines_ran(summary):
-    assert summary["engines_ok"] == summary["engines"] == 2 * summary["trials"]
-    assert summary["trials"] >= 3 and summary["kv_dtypes"] == ["auto", "fp8"]
+    assert summary["engines_ok"] == summary["engines"] == 2 * summary["trials"]  # one record per dtype and trial
+    assert summary["trials"] >= 5 and summary["kv_dtypes"] == ["auto", "fp8"]
+    assert summary["design"].startswith("paired")
+
+
+def test_closed_loop_phases_are_sustained(summary):
+    # every streamed closed-loop phase lasted at least PHASE_SECONDS and finished at least 4 x N requests
+    assert summary["phase_seconds"] > 0
+    assert summary["closed_phase_wall_s_min"] >= summary["phase_seconds"]
+    assert summary["closed_phase_requests_min_ratio"] >= 4
+    for c, n in summary["closed_loop_min_requests"].items():
+        assert n >= 4 * int(c)
 
 
 def test_fp8_doubles_capacity(summary):
@@ -43,17 +53,35 @@ def test_max_concurrency_without_preemption(summary):
     assert summary["max_concurrency_measured_fp8"] >= 2 * summary["max_concurrency_measured_auto"]
 
 
-def test_deltas_have_confidence_intervals(summary):
+def test_deltas_are_paired_with_t_intervals_and_a_median_noise_floor(summary):
     deltas = summary["deltas"]
     for c in summary["concurrency"]:
         d = deltas[f"fp8: output tok/s @c={c}"]
-        assert d["lo_pct"] <= d["delta_pct"] <= d["hi_pct"]
+        assert d["n"] == summary["trials"]  # one pair per trial
+        assert d["lo_pct"] < d["delta_pct"] < d["hi_pct"]
         assert d["label"] in ("within noise", "better", "worse")
         assert (d["label"] == "within noise") == (d["lo_pct"] <= 0 <= d["hi_pct"])
-    for m in ("TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "ITL P99"):
-        assert f"fp8: {m} @c={summary['headline_concurrency']}" in deltas
+        # 5 trials, 2 configs: 8 consecutive self-differences; the floor is their median, inside its IQR
+        assert d["noise_pairs"] == 2 * (summary["trials"] - 1)
+        assert d["noise_floor_q25_pct"] <= d["noise_floor_pct"] <= d["noise_floor_q75_pct"]
+    for key, d in deltas.items():
+        excludes_zero = d["lo_pct"] > 0 or d["hi_pct"] < 0
+        assert d["beyond_noise_floor"] == (excludes_zero and abs(d["delta_pct"]) > d["noise_floor_pct"]), key
+        assert d["detectable_pct"] == pytest.approx(max(d["noise_floor_pct"], (d["hi_pct"] - d["lo_pct"]) / 2)), key
+    for m in ("TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "ITL P50", "ITL P99"):
+        for c in summary["concurrency"]:
+            assert deltas[f"fp8: {m} @c={c}"]["n"] == summary["trials"]
     assert summary["throughput_delta_label"] in ("within noise", "better", "worse")
+    assert summary["throughput_delta_n"] == summary["trials"] and summary["throughput_detectable_pct"] > 0
     assert summary["noise_floor_pct"] is not None and summary["noise_floor_pct"] >= 0
+    lo, hi = summary["noise_floor_iqr_pct"]
+    assert lo <= summary["noise_floor_pct"] <= hi
+
+
+def test_auto_preempts_above_its_kv_limit(summary):
+    # at c=16 the mix holds about 94 blocks in flight, more than auto's 64: auto preempts, at least as often as fp8
+    assert summary["preemptions_auto"] > 0
+    assert summary["preemptions_auto"] >= summary["preemptions_fp8"]
 
 
 def test_latency_and_throughput_recorded(summary):

@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 
 from fp8lab import metrics, roofline, serving
-from fp8lab.engine import EngineResult
 from fp8lab.paths import CONFIGS_DIR
 from fp8lab.specs import EngineSpec, SpecError
 from fp8lab.workloads import RequestClass
@@ -221,16 +220,17 @@ def test_phase_names_round_trip(engine):
     names = [p.name for p in phases]
     assert names == ["warmup", "closed-c1", "closed-c4", "open-constant-5", "open-poisson-5",
                      "cap-c31", "cap-c32", "cap-c33"]
-    assert [len(p.requests) for p in phases] == [2, 6, 6, 6, 6, 31, 32, 33]
+    # a closed-loop pool holds max(CLOSED_LOOP_REQUESTS, 4 N) requests: 6 at c=1, 16 at c=4
+    assert [len(p.requests) for p in phases] == [2, 6, 16, 6, 6, 31, 32, 33]
     assert all(r.tag == "trial0" for p in phases for r in p.requests)
     assert serving.phase_meta("open-poisson-5")["rate"] == 5.0
     cap = serving.phase_meta("cap-c31")
     assert (cap["kind"], cap["concurrency"], cap["process"]) == ("capacity", 31, None) and math.isnan(cap["rate"])
     assert serving.phase_meta("closed-c16")["concurrency"] == 16 and serving.phase_meta("what")["kind"] == "other"
-    # the capacity ladder runs only in the first capacity_trials trials; same requests in every trial
+    # the warm-up (once per engine) and the capacity ladder run only in the first trial; same requests in every trial
     later = serving.build_phases(plan, "fp8", 1, (1, 4), capacity_predicted=32)
-    assert [p.name for p in later][-1] == "open-poisson-5"
-    assert later[1].requests[0].prompt_token_ids == phases[1].requests[0].prompt_token_ids
+    assert [p.name for p in later] == ["closed-c1", "closed-c4", "open-constant-5", "open-poisson-5"]
+    assert later[0].requests[0].prompt_token_ids == phases[1].requests[0].prompt_token_ids
 
 
 def test_naive_phases_reuse_the_closed_loop_requests(engine):
@@ -256,62 +256,76 @@ def test_bench_args_mirror_the_spec(engine):
 
 
 # ------------------------------------------------------------- the analyses on a synthetic (fake) study
-def _fake_runner(slow_fp8: float = 0.8, capacity_true: dict | None = None):
-    """A stand-in for run_cached: deterministic records; fp8's inter-token gaps are ``slow_fp8`` x auto's,
-    trials differ by +-2%; a capacity phase preempts when its concurrency exceeds ``capacity_true``."""
-    capacity_true = capacity_true or {"auto": 31, "fp8": 63}
-    calls = []
+class _FakeEngine:
+    """A stand-in for one engine process of the paired design (no vLLM): deterministic records; fp8's
+    inter-token gaps are ``slow_fp8`` x auto's, trials differ by +-2%; a capacity phase preempts when its
+    concurrency exceeds ``capacity_true``. Every phase it serves is logged in ``calls`` as ``(dtype, key)``."""
 
-    def run(spec, phases, study="x", driver="llm", **_):
-        calls.append((spec.kv_cache_dtype, [p.name for p in phases]))
-        dt = spec.kv_cache_dtype
-        trial = int(phases[0].requests[0].tag.removeprefix("trial")) if phases else 0
-        jitter = 1.0 + 0.02 * (trial - 1)
-        f = (slow_fp8 if dt == "fp8" else 1.0) * jitter
-        recs, ph = [], {}
-        for p in phases:
-            meta = serving.phase_meta(p.name)
-            pre = 1 if meta["kind"] == "capacity" and meta["concurrency"] > capacity_true[dt] else 0
-            t_end = 0.0
-            for i, r in enumerate(p.requests):
-                sent = r.arrival_s if r.arrival_s is not None else 0.01 * i
-                itl = [0.01 * f * (1 + 0.1 * (k % 3)) for k in range(r.max_tokens - 1)]
-                ttft = 0.05 * f * (1 + r.prompt_len / 1000)
-                recs.append({"phase": p.name, "request": i, "cls": r.cls, "tag": r.tag, "prompt_tokens": r.prompt_len,
-                             "sent_s": sent, "output_tokens": r.max_tokens, "finish_reason": "length", "ttft_s": ttft,
-                             "e2e_s": ttft + sum(itl), "itl_s": itl, "tpot_s": sum(itl) / len(itl),
-                             "merged_deltas": 0, "num_preemptions": pre if i == 0 else 0})
-                t_end = max(t_end, sent + ttft + sum(itl))
-            ph[p.name] = {"wall_s": t_end, "requests": len(p.requests), "prompt_tokens": sum(r.prompt_len for r in p.requests),
-                          "output_tokens": sum(r.max_tokens for r in p.requests), "preemptions": float(pre),
-                          "kv_usage_peak": 0.5, "mem_peak_bytes": 2**30}
-        blocks = 64 if dt == "auto" else 128
-        eng = {"num_blocks": blocks, "block_size": 128, "kv_capacity_tokens": blocks * 128,
-               "kv_budget_bytes": int(0.0234375 * 2**30), "mem_peak_bytes": 2**31, "mem_steady_bytes": 2**30,
-               "engine_start_s": 30.0, "run_wall_s": 60.0}
-        samples = pd.DataFrame({"t_s": [0.0, 0.25, 0.5], "phase": ["start", "warmup", "closed-c1"],
-                                "kv_usage": [0.0, 0.2, 0.4], "mem_bytes": [1, 2, 3]})
-        return EngineResult(status="ok", error=None, engine=eng, records=pd.DataFrame(recs), samples=samples,
-                            phases=ph, provenance={}, spec=spec)
+    def __init__(self, spec, log_path, calls, slow_fp8=0.8, capacity_true=None):
+        self.spec, self.calls, self.slow_fp8 = spec, calls, slow_fp8
+        self.capacity_true = capacity_true or {"auto": 31, "fp8": 63}
 
-    run.calls = calls
-    return run
+    def start(self):
+        blocks = 64 if self.spec.kv_cache_dtype == "auto" else 128
+        return {"status": "ready", "provenance": {}, "engine": {
+            "num_blocks": blocks, "block_size": 128, "kv_capacity_tokens": blocks * 128,
+            "kv_budget_bytes": int(0.0234375 * 2**30), "engine_start_s": 30.0, "mem_after_start_bytes": 2**30}}
+
+    def run(self, payload):
+        dt = self.spec.kv_cache_dtype
+        self.calls.append((dt, payload["key"]))
+        trial = int(payload["key"].split(":")[0].removeprefix("t"))
+        f = (self.slow_fp8 if dt == "fp8" else 1.0) * (1.0 + 0.02 * (trial - 1))
+        meta = serving.phase_meta(payload["name"])
+        pre = 1 if meta["kind"] == "capacity" and meta["concurrency"] > self.capacity_true[dt] else 0
+        recs, t_end = [], 0.0
+        for i, r in enumerate(payload["requests"]):
+            sent = r["arrival_s"] if r["arrival_s"] is not None else 0.01 * i
+            itl = [0.01 * f * (1 + 0.1 * (k % 3)) for k in range(r["max_tokens"] - 1)]
+            ttft = 0.05 * f * (1 + len(r["prompt_token_ids"]) / 1000)
+            recs.append({"phase": payload["name"], "request": i, "cls": r["cls"], "tag": r["tag"],
+                         "prompt_tokens": len(r["prompt_token_ids"]), "sent_s": sent, "output_tokens": r["max_tokens"],
+                         "finish_reason": "length", "ttft_s": ttft, "e2e_s": ttft + sum(itl), "itl_s": itl,
+                         "tpot_s": sum(itl) / len(itl), "merged_deltas": 0, "num_preemptions": pre if i == 0 else 0})
+            t_end = max(t_end, sent + ttft + sum(itl))
+        stats = {"wall_s": t_end, "requests": len(recs), "prompt_tokens": sum(r["prompt_tokens"] for r in recs),
+                 "output_tokens": sum(r["output_tokens"] for r in recs), "preemptions": float(pre),
+                 "kv_usage_peak": 0.5, "mem_peak_bytes": 2**30}
+        return {"status": "ok", "rows": recs, "stats": stats,
+                "samples": [{"t_s": 0.25, "phase": payload["key"], "kv_usage": 0.4, "mem_bytes": 2**30}]}
+
+    def stop(self):
+        pass
 
 
 @pytest.fixture
-def fake_study(engine):
+def fake_study(engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("FP8LAB_RUNS", str(tmp_path / "runs"))
     plan = _plan(engine, capacity_factors=(0.5,))
-    runner = _fake_runner()
-    return serving.run_study(plan, runner=runner, progress=False), runner
+    calls = []
+    res = serving.run_study(plan, progress=False, engine_factory=lambda spec, log: _FakeEngine(spec, log, calls))
+    return res, calls
 
 
 def test_run_study_order_and_frames(fake_study):
-    res, runner = fake_study
-    assert [c[0] for c in runner.calls] == ["auto", "fp8"] * 3  # A B A B A B
+    res, calls = fake_study
+    # both engines serve every phase, back to back, the first alternating by phase and by trial
+    plan = res.plan
+    assert [(d, k) for d, k in calls] == [(d, f"t{t}:{n}") for t, n, d in serving.schedule_table(plan)[
+        ["trial", "phase", "kv_dtype"]].itertuples(index=False)]
+    assert calls[:2] == [("auto", "t0:warmup"), ("fp8", "t0:warmup")]  # one warm-up per engine, trial 0 only
+    firsts = [calls[i][0] for i in range(len(calls) - 1) if calls[i][1] == calls[i + 1][1]
+              and calls[i][1].endswith(":closed-c1")]
+    assert firsts == ["auto", "fp8", "auto"]  # closed-c1 in trials 0, 1, 2
     assert res.concurrency == (1, 4)
     assert len(res.engines) == 6 and (res.engines.status == "ok").all()
     assert set(res.records.kind) == {"warmup", "closed", "open", "capacity"}
     assert set(res.phases[res.phases.kind == "capacity"].trial) == {0}  # capacity search in trial 0 only
+    assert set(res.phases[res.phases.kind == "warmup"].trial) == {0}
+    # a second call loads the six stored runs instead of starting engines
+    again = []
+    res2 = serving.run_study(plan, progress=False, engine_factory=lambda spec, log: _FakeEngine(spec, log, again))
+    assert again == [] and len(res2.records) == len(res.records)
 
 
 def test_capacity_tables(fake_study):
@@ -328,13 +342,15 @@ def test_capacity_tables(fake_study):
 
 def test_deltas_find_a_20_percent_itl_gain_and_noise_floor(fake_study):
     res, _ = fake_study
-    d = serving.delta_table(res, n_boot=300).set_index("metric")
+    d = serving.delta_table(res).set_index("metric")
     # fp8's gaps are 0.8 x auto's in every trial: TPOT and ITL percentiles -20%, clearly outside noise
     for m in ("TPOT P50 @c=4", "ITL P99 @c=4", "TPOT P99 @c=1"):
         assert d.loc[m, "delta_pct"] == pytest.approx(-20.0, abs=0.5), m
         assert d.loc[m, "label"] == "better" and d.loc[m, "hi_pct"] < 0
-    # trials differ by 2% steps: the largest self-difference is 1.02 / 0.98 - 1 = 4.08%
-    assert d.loc["TPOT P50 @c=4", "noise_floor_pct"] == pytest.approx(100 * (1.02 / 0.98 - 1), rel=1e-3)
+    # trials differ by 2% steps (0.98, 1.00, 1.02): consecutive self-differences 2.04% and 2% in each dtype,
+    # so the floor (their median) is 2.02%, not the largest difference between two trials (4.08%)
+    assert d.loc["TPOT P50 @c=4", "noise_floor_pct"] == pytest.approx(100 * ((1 / 0.98 - 1) + 0.02) / 2, rel=1e-3)
+    assert d.loc["TPOT P50 @c=4", "n"] == 3
     assert d.loc["TPOT P50 @c=4", "beyond_noise_floor"]
     assert {"output tok/s @c=1", "TTFT P99 @poisson 5/s"} <= set(d.index)
 
@@ -345,7 +361,7 @@ def test_open_loop_and_summary(fake_study):
     const = ol[ol.process == "constant"].iloc[0]
     assert const.scheduled_rate == pytest.approx(5.0) and const.achieved_rate == pytest.approx(5.0)
     assert const.send_lag_max_ms == pytest.approx(0.0, abs=1e-9)
-    d = serving.delta_table(res, n_boot=200)
+    d = serving.delta_table(res)
     cap = serving.capacity_table(res)
     _, search = serving.capacity_search(res)
     s = serving.summary_values(res, d, cap, search, ol, bandwidth={"bandwidth_gbs": 20.0, "source": "parameter"})
