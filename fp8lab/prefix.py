@@ -936,6 +936,7 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
             if len(inside):
                 s[f"{w.kind}.max_abs_dhit_pp_inside"] = float(inside.dhit_pp.abs().max())
             beyond = g[(g.n_active > (kb_last if kb_last is not None and not _isnan(kb_last) else 0))]
+            beyond = beyond.dropna(subset=["dhit_pp"])
             if len(beyond):
                 best = beyond.loc[beyond.dhit_pp.idxmax()]
                 s[f"{w.kind}.gain"] = {
@@ -956,7 +957,26 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
                     )
                 }
     s["claim_verdict"] = claim_verdict(s, base, other)
+    s["claim_evidence"] = claim_evidence(s, base, other)
     return s
+
+
+def claim_evidence(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> str:
+    """One line for the claims audit: per workload, the largest |hit-rate difference| inside auto's measured knee
+    and the largest fp8 gain beyond it, with the setting."""
+    parts = []
+    for w in ("chat", "system", "json"):
+        inside, gain = s.get(f"{w}.max_abs_dhit_pp_inside"), s.get(f"{w}.gain")
+        if inside is None and not gain:
+            continue
+        txt = f"{w}: |{other} - {base}| <= {inside:.1f} pp while {base} holds" if inside is not None else f"{w}:"
+        if gain:
+            txt += (
+                f"; beyond {base}'s knee, N={gain['n_active']:.0f}: {gain[f'{base}_hit_rate']:.1%} -> "
+                f"{gain[f'{other}_hit_rate']:.1%}"
+            )
+        parts.append(txt)
+    return (f"{s['model']} on {s['device']}, {s['kv_cache_gib']} GiB KV: " + "; ".join(parts)) if parts else ""
 
 
 def _records(df: Any) -> list[dict[str, Any]]:
