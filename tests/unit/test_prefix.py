@@ -267,3 +267,14 @@ def test_fp8_that_cannot_start_leaves_auto_alone_in_summary_and_verdict(tmp_path
     lines = px.verdict(s)
     assert lines[0].startswith("Not measured: `fp8` (NotImplementedError: FP8 KV cache on CPU requires")
     assert any("**not measured**" in ln for ln in lines)
+
+
+def test_turn_prompt_is_the_conversation_so_far_plus_the_last_answer_and_a_new_message():
+    from fp8lab.prefix_worker import _prompt
+
+    conv = {"shared": [1, 2], "private": [3], "users": [[10, 11], [20, 21], [30, 31]]}
+    answers = [[100, 101], [200, 201]]
+    assert _prompt(conv, answers, 0) == [1, 2, 3, 10, 11]
+    assert _prompt(conv, answers, 2) == [1, 2, 3, 10, 11, 100, 101, 20, 21, 200, 201, 30, 31]
+    s = px.Shape("json", 2, 1, 2, 2, 3)
+    assert len(_prompt(conv, answers, 2)) == s.prompt_len(2)
