@@ -192,7 +192,7 @@ def test_spec_errors_name_field_value_and_allowed():
         px.PrefixSpec(model=TINY, kv_dtypes=["auto", "int4"])
 
 
-@pytest.mark.parametrize("profile", ["cpu-tiny", "h200"])
+@pytest.mark.parametrize("profile", ["cpu-tiny", "h200", "h200-shipped"])
 def test_profile_plans_put_the_knees_inside_the_sweep(profile):
     """Both profiles' specs build and plan on this CPU without an engine; auto's replayed knee falls inside the
     sweep and fp8's lies further out (twice the blocks)."""
