@@ -922,6 +922,8 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
     if len(sweep) and "ttft_detectable_pct" in sweep:
         hw = sweep.ttft_detectable_pct.dropna()
         s["ttft_min_detectable_pct"] = float(hw.median()) if len(hw) else None
+        dh = ((sweep.dhit_pp_ci_high - sweep.dhit_pp_ci_low) / 2).dropna()
+        s["dhit_min_detectable_pp"] = float(dh.median()) if len(dh) else None
     # the claim's numbers: hit rates where both hold (inside auto's knee) and where fp8's extra hits show
     for w in spec.workloads:
         g = sweep[sweep.workload == w.kind] if len(sweep) else sweep
@@ -1077,7 +1079,13 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
     if s.get("ttft_min_detectable_pct") is not None:
         out.append(
             f"The smallest TTFT change these trials resolve is about {s['ttft_min_detectable_pct']:.1f}% "
-            "(median 95% CI half-width of the paired ratio)."
+            "(median 95% CI half-width of the paired ratio)"
+            + (
+                f"; for the hit rate, {s['dhit_min_detectable_pp']:.2f} percentage points (0 when every trial hit "
+                "exactly alike: hit counts depend on token counts, not on the text)."
+                if s.get("dhit_min_detectable_pp") is not None
+                else "."
+            )
         )
     for c in s["correctness"]:
         same = c["tokens_equal"] == 1.0 and c["max_abs_dlogprob"] == 0.0
