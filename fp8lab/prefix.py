@@ -242,6 +242,14 @@ class PrefixSpec:
                         f"{self.max_in_flight} final turns of {s.kind} ({need} blocks): raise it or lower "
                         "max_in_flight",
                     )
+            if limit and math.ceil(limit / bs) > usable:  # vLLM refuses to start an engine that cannot hold one
+                raise SpecError(  # sequence of max_model_len tokens
+                    obj,
+                    "max_model_len",
+                    self.max_model_len,
+                    f"at most {usable * bs} tokens: the {usable} usable {d} blocks of {bs} tokens in "
+                    f"kv_cache_gib = {self.kv_cache_gib} (None means the model's {limit})",
+                )
 
     # ---- derived
     def effective_block_size(self) -> int:

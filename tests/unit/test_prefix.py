@@ -188,6 +188,8 @@ def test_spec_errors_name_field_value_and_allowed():
         px.PrefixSpec(model=TINY, trials=1)
     with pytest.raises(SpecError, match=r"PrefixSpec\.workloads = .*max_model_len = 256"):
         px.PrefixSpec(model=TINY, max_model_len=256)
+    with pytest.raises(SpecError, match=r"PrefixSpec\.max_model_len = None: at most 2016 tokens: the 63 usable auto"):
+        px.PrefixSpec(model=TINY, kv_cache_gib=0.005859375, block_size=32)  # the model's 131,072 positions
     with pytest.raises(SpecError, match=r"PrefixSpec\.kv_dtypes = 'int4'"):
         px.PrefixSpec(model=TINY, kv_dtypes=["auto", "int4"])
 
@@ -220,6 +222,7 @@ def test_fp8_that_cannot_start_leaves_auto_alone_in_summary_and_verdict(tmp_path
         trials=2,
         kv_cache_gib=0.005859375,
         block_size=32,
+        max_model_len=1024,
         correctness_prompts=0,
     )
     (tmp_path / "spec.json").write_text(json.dumps(spec.descriptor(), default=str))
