@@ -158,7 +158,7 @@ class PrefixSpec:
     kv_cache_gib: float = 0.0234375
     prompt_source: PromptSource = "text"
     correctness_prompts: int = 4
-    hold_tolerance: float = 2.0
+    hold_tolerance: float = 0.25
     warmup: int = 1
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None
@@ -231,8 +231,8 @@ class PrefixSpec:
         for d in self.kv_dtypes:
             usable = self.num_blocks(d) - 1
             for s in self.workloads:
-                shared_full, own = conversation_blocks(s, bs)
-                need = shared_full + self.max_in_flight * own
+                shared_full, own, partial = conversation_blocks(s, bs)
+                need = shared_full + self.max_in_flight * (own + partial)
                 if need > usable:
                     raise SpecError(
                         obj,
@@ -427,22 +427,29 @@ def conversation_pool(spec: PrefixSpec, shape: Shape, trial: int, n: int) -> lis
 
 
 # ====================================================================================== arithmetic
-def conversation_blocks(shape: Shape, block_size: int) -> tuple[int, int]:
-    """``(shared_full, own)``: blocks every conversation shares (``shared // block``: only blocks wholly inside the
-    shared prefix) and the blocks a conversation holds on its own at its end, ``ceil(final_len / block) -
-    shared_full`` (``final_len`` = last prompt + answer - 1 tokens: the last generated token gets no KV). The partial
-    last block counts: a finished request frees it into the same LRU queue as its cached blocks."""
+def conversation_blocks(shape: Shape, block_size: int) -> tuple[int, int, int]:
+    """``(shared_full, own_full, partial)``: blocks every conversation shares (``shared // block``: only blocks
+    wholly inside the shared prefix), the full blocks a conversation holds on its own at its end
+    (``final_len // block - shared_full``; ``final_len`` = last prompt + answer - 1 tokens: the last generated token
+    gets no KV) and whether a partial last block remains (0 or 1). vLLM 0.32 frees a finished request's uncached
+    (partial) blocks to the front of the free queue, so only running requests hold one."""
     shared_full = shape.shared // block_size
-    return shared_full, math.ceil(shape.final_len / block_size) - shared_full
+    return shared_full, shape.final_len // block_size - shared_full, int(shape.final_len % block_size > 0)
 
 
-def knee_formula(shape: Shape, num_blocks: int, block_size: int) -> int:
-    """The most conversations whose blocks all fit the cache at the end of their last turn:
-    ``(num_blocks - 1 - shared_full) // own`` (:func:`conversation_blocks`; one block is vLLM's null block). Beyond
-    it LRU evicts the oldest conversation's blocks before it returns, and hits are lost. :func:`simulate` replays
-    the schedule exactly (waves, block fill order); the two may differ by one conversation."""
-    shared_full, own = conversation_blocks(shape, block_size)
-    return (num_blocks - 1 - shared_full) // own
+def knee_formula(shape: Shape, num_blocks: int, block_size: int, max_in_flight: int = 1) -> int:
+    """The most conversations whose blocks all fit the cache at the end of their last turn: the largest ``N`` with
+    ``shared_full + N * own_full + min(N, max_in_flight) * partial <= num_blocks - 1`` (:func:`conversation_blocks`;
+    one block is vLLM's null block). Beyond it LRU evicts the oldest conversation's blocks before it returns, and
+    hits are lost. :func:`simulate` replays the schedule exactly (waves, block fill order); the two may differ by one."""
+    shared_full, own, partial = conversation_blocks(shape, block_size)
+    usable = num_blocks - 1
+    if own <= 0:
+        return 10**9
+    n = (usable - shared_full) // own
+    while n > 0 and shared_full + n * own + min(n, max_in_flight) * partial > usable:
+        n -= 1
+    return n
 
 
 def _block_keys(shape: Shape, conv: int, n_tokens: int, block_size: int) -> list[tuple]:
@@ -496,8 +503,17 @@ class BlockPool:
             self.key_of[block] = key
 
     def release(self, blocks: Sequence[int]) -> None:
+        """Free a request's blocks, tail first: cached ones to the back of the queue (LRU), uncached ones to the
+        front, reused first (vLLM 0.32 ``BlockPool.free_blocks``)."""
+        first = []
         for b in reversed(blocks):
+            if b in self.key_of:
+                self.free[b] = None
+            else:
+                first.append(b)
+        for b in reversed(first):
             self.free[b] = None
+            self.free.move_to_end(b, last=False)
 
 
 def simulate(shape: Shape, n_active: int, num_blocks: int, block_size: int, max_in_flight: int) -> list[dict[str, int]]:
@@ -570,7 +586,7 @@ def plan(spec: PrefixSpec) -> Any:
     for s in spec.workloads:
         for d in spec.kv_dtypes:
             nb = spec.num_blocks(d)
-            kf = knee_formula(s, nb, bs)
+            kf = knee_formula(s, nb, bs, spec.max_in_flight)
             ks = knee_simulated(s, nb, bs, spec.max_in_flight, n_max=max(4 * max(spec.active), kf + 2))
             for n in spec.active:
                 rows.append(
@@ -584,7 +600,7 @@ def plan(spec: PrefixSpec) -> Any:
                         "knee_simulated": ks,
                         "hit_rate_pred": sim_hit_rate(s, n, nb, bs, spec.max_in_flight),
                         "hit_rate_unbounded": sim_hit_rate(s, n, None, bs, spec.max_in_flight),
-                        "working_set_blocks": conversation_blocks(s, bs)[0] + n * conversation_blocks(s, bs)[1],
+                        "working_set_blocks": conversation_blocks(s, bs)[0] + n * sum(conversation_blocks(s, bs)[1:]),
                     }
                 )
     return pd.DataFrame(rows)
@@ -823,7 +839,11 @@ def knee_table(run_or_spec: Any, sweep: Any) -> Any:
                 else {"last_held": None, "first_fallen": None}
             )
             ks = knee_simulated(
-                s, nb, bs, spec.max_in_flight, n_max=max(4 * max(spec.active), knee_formula(s, nb, bs) + 2)
+                s,
+                nb,
+                bs,
+                spec.max_in_flight,
+                n_max=max(4 * max(spec.active), knee_formula(s, nb, bs, spec.max_in_flight) + 2),
             )
             agree = (
                 m["first_fallen"] is not None
@@ -835,7 +855,7 @@ def knee_table(run_or_spec: Any, sweep: Any) -> Any:
                     "workload": s.kind,
                     "kv_dtype": d,
                     "num_blocks": nb,
-                    "knee_formula": knee_formula(s, nb, bs),
+                    "knee_formula": knee_formula(s, nb, bs, spec.max_in_flight),
                     "knee_simulated": ks,
                     "measured_last_held": m["last_held"],
                     "measured_first_fallen": m["first_fallen"],

@@ -26,32 +26,33 @@ def test_shape_lengths():
 
 
 def test_conversation_blocks_and_formula_knee():
-    chat = px.Shape("chat", 0, 0, 4, 2, 3)  # final 17 tokens -> ceil(17/4) = 5 own blocks
-    assert px.conversation_blocks(chat, 4) == (0, 5)
-    system = px.Shape("system", 8, 0, 4, 2, 3)  # final 8 + 12 + 4 + 1 = 25 -> 7 blocks, 2 shared
-    assert px.conversation_blocks(system, 4) == (2, 5)
-    # 16 blocks, one of them vLLM's null block: 15 usable
-    assert px.knee_formula(chat, 16, 4) == 3  # 15 // 5
-    assert px.knee_formula(system, 16, 4) == 2  # (15 - 2) // 5
-    # twice the blocks (fp8 at the same bytes): twice the conversations, plus what the shared blocks free
-    assert px.knee_formula(chat, 31, 4) == 6
-    assert px.knee_formula(system, 31, 4) == 5  # (30 - 2) // 5
+    chat = px.Shape("chat", 0, 0, 4, 2, 3)  # final 17 tokens -> 4 full blocks + a partial one
+    assert px.conversation_blocks(chat, 4) == (0, 4, 1)
+    system = px.Shape("system", 8, 0, 4, 2, 3)  # final 8 + 12 + 4 + 1 = 25 -> 6 full blocks, 2 shared, + partial
+    assert px.conversation_blocks(system, 4) == (2, 4, 1)
+    # 16 blocks, one of them vLLM's null block: 15 usable; one request in flight holds one partial block
+    assert px.knee_formula(chat, 16, 4) == 3  # 3 x 4 + 1 = 13 <= 15; 4 x 4 + 1 > 15
+    assert px.knee_formula(system, 16, 4) == 3  # 2 + 3 x 4 + 1 = 15
+    assert px.knee_formula(system, 16, 4, max_in_flight=2) == 2  # 2 + 12 + 2 > 15
+    # twice the blocks (fp8 at the same bytes): twice the conversations, or one less for the partial blocks
+    assert px.knee_formula(chat, 31, 4) == 7  # 28 + 1 <= 30
+    assert px.knee_formula(system, 31, 4) == 6  # 2 + 28 + 1 > 30
 
 
 def test_simulate_by_hand():
     """Two conversations of two turns (4-token messages, 2-token answers), blocks of 4, one request at a time.
 
     Unbounded: turn 1 (10 prompt tokens) hits the one full block of turn 0 (its 2nd block is partial) -> 4 hits
-    per conversation. With 4 blocks (3 usable) conversation 0's turn 1 allocates 2 blocks; LRU pops block 2
-    (conversation 0's freed partial) and then block 3, which held conversation 1's first block: conversation 1
-    then misses."""
+    per conversation. With 4 blocks (3 usable): after turn 0 the free queue is [3, 1, 2] (uncached partials go to
+    the front, cached blocks to the back); conversation 0's turn 1 revives block 1 and takes two more, 3 (the
+    partial) and 2, which held conversation 1's first block: conversation 1 then misses."""
     s = px.Shape("chat", 0, 0, 4, 2, 2)
     assert px.simulate(s, 2, 0, 4, 1) == [{"turn": 0, "queries": 8, "hits": 0}, {"turn": 1, "queries": 20, "hits": 8}]
     assert px.simulate(s, 2, 4, 4, 1) == [{"turn": 0, "queries": 8, "hits": 0}, {"turn": 1, "queries": 20, "hits": 4}]
     assert px.sim_hit_rate(s, 2, None, 4, 1) == pytest.approx(8 / 28)
     assert px.sim_hit_rate(s, 2, 4, 4, 1) == pytest.approx(4 / 28)
     assert px.knee_simulated(s, 4, 4, 1) == 1  # one conversation (3 blocks) fits, two do not
-    assert px.knee_formula(s, 4, 4) == 1  # (3 - 0) // ceil(11 / 4)
+    assert px.knee_formula(s, 4, 4) == 1  # 2 full blocks + 1 partial = 3 usable
 
 
 def test_simulate_shared_prefix_hits_across_conversations():
@@ -67,9 +68,9 @@ def test_simulate_shared_prefix_hits_across_conversations():
 def test_fp8_twice_the_blocks_moves_the_replayed_knee_out():
     s = px.Shape("chat", 0, 0, 96, 16, 3)
     k_auto, k_fp8 = px.knee_simulated(s, 64, 32, 4), px.knee_simulated(s, 128, 32, 4)
-    assert px.knee_formula(s, 64, 32) == 5  # final 335 tokens -> 11 blocks; 63 // 11
-    # the replay may hold one more: the last wave's final-turn blocks are never needed again
-    assert k_auto in (5, 6)
+    assert px.knee_formula(s, 64, 32, 4) == 5  # final 335 tokens -> 10 full blocks + 1 partial; 50 + 4 <= 63
+    # the replay holds one more: the last wave's final-turn blocks are never needed again
+    assert k_auto == 6 and k_fp8 == 12
     assert k_fp8 >= 2 * k_auto
     # beyond auto's knee and inside fp8's, only auto loses hits
     n = k_auto + 2
