@@ -103,9 +103,17 @@ def register() -> None:
     print(f"{MARKER} {fmt} ({ROUNDING}, scales {src}) in pid {os.getpid()}", file=sys.stderr, flush=True)
 
 
+EMULATED_SUFFIX = " (emulated)"
+
+
 def emulated_label(label: str) -> str:
     """How an emulated configuration is named in every table and plot: ``fp8`` -> ``fp8 (emulated)``."""
-    return f"{label} (emulated)"
+    return f"{label}{EMULATED_SUFFIX}"
+
+
+def configured_label(label: str) -> str:
+    """The configuration's own label behind an emulated one: ``fp8+large (emulated)`` -> ``fp8+large``."""
+    return label.removesuffix(EMULATED_SUFFIX)
 
 
 def run_emulated(

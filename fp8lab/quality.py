@@ -857,13 +857,15 @@ def engine_roundtrip(rt_summary: pd.DataFrame, configs: Sequence[KVConfig], roun
     (``fp8``/``fp8_e4m3`` -> e4m3, ``fp8_e5m2`` -> e5m2), the engine's ``rounding`` and its scale
     (1.0 without a scale set: vLLM's default; a scale set's own scales otherwise); with
     ``quantize_q`` (Hopper FA3) also Q's round trip at scale 1.0 (vLLM's uncalibrated q_scale)."""
+    from fp8lab.fp8emu import configured_label
     from fp8lab.fp8formats import KV_DTYPE_FORMAT
 
     rows = []
     for c in configs:
         if c.kv_cache_dtype not in KV_DTYPE_FORMAT:
             continue
-        scale = "1.0" if not c.label.startswith("fp8+") else c.label
+        own = configured_label(c.label)  # an emulated config rounds K and V as its native twin would
+        scale = "1.0" if not own.startswith("fp8+") else own
         fmt = (rt_summary.format == KV_DTYPE_FORMAT[c.kv_cache_dtype]) & (rt_summary.rounding == rounding)
         sel = rt_summary[fmt & (((rt_summary.scale == scale) & rt_summary.tensor.isin(["K", "V"]))
                                 | ((rt_summary.scale == "1.0") & (rt_summary.tensor == "Q") & quantize_q))]

@@ -282,6 +282,18 @@ def test_engine_roundtrip_picks_the_engines_rows():
     assert "Q" in set(q.engine_roundtrip(rt, configs, "rne", quantize_q=True).tensor)
 
 
+def test_engine_roundtrip_names_emulated_configs_as_they_ran():
+    """An emulated config (fp8lab.fp8emu) rounds K and V as its native twin would: the rows carry the emulated
+    label (never plain "fp8") and a scale set's own scales, found through the configured label."""
+    rt = pd.DataFrame([{"format": "e4m3", "rounding": "rtz", "scale": sc, "tensor": t, "rel_err": 0.01, "mag_bias": 0.0}
+                       for sc in ("1.0", "fp8+set") for t in ("K", "V")])
+    configs = (q.KVConfig("fp8 (emulated)", "m", "fp8"), q.KVConfig("fp8+set (emulated)", "m", "fp8"))
+    e = q.engine_roundtrip(rt, configs, "rtz")
+    assert set(zip(e.label, e.scale, e.tensor, strict=True)) == {
+        ("fp8 (emulated)", "1.0", "K"), ("fp8 (emulated)", "1.0", "V"),
+        ("fp8+set (emulated)", "fp8+set", "K"), ("fp8+set (emulated)", "fp8+set", "V")}
+
+
 def test_by_position_bins_and_drops_thin_tail():
     t = pd.DataFrame({"label": "fp8", "prompt": [f"p{i % 6}" for i in range(60)] + ["p0"],
                       "pos": list(range(1, 61)) + [200], "top1": 1.0, "abs_dlogprob": 0.1, "kl": 0.0})
