@@ -48,11 +48,8 @@ def test_nb03_runs_fp8_emulated(no_native_fp8, run_cpu_tiny, model_overrides):
     )
     emu = "fp8 (emulated)"
     assert s["labels"] == ["auto", emu]
-    # never mixed with native: no engine figure is labelled plain "fp8" (fp8.kv_roundtrip.* is arithmetic on the
-    # auto engine's captured K/V rounded through E4M3, no engine of its own)
-    assert s[f"{emu}.status"] == "ok"
-    assert not [k for k in s if k.startswith("fp8.") and not k.startswith("fp8.kv_roundtrip.")]
-    assert s["fp8.kv_roundtrip.K.rel_err"] > 0
+    assert s[f"{emu}.status"] == "ok" and not any(k.startswith("fp8.") for k in s)  # never mixed with native
+    assert s[f"{emu}.kv_roundtrip.K.rel_err"] > 0  # the round trip this engine applies, under the label it ran as
     assert "ran emulated" in s["not_measured"] and "FP8LAB_NATIVE_FP8=0" in s["not_measured"]
     # an FP8-sized perturbation: some logprob moved, top-1 agreement still high
     assert s[f"{emu}.tf_abs_dlogprob"] > 0 and 0.9 <= s[f"{emu}.tf_top1"] <= 1.0
