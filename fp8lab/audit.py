@@ -501,7 +501,13 @@ def study_setting(rep: Report, prefix: str) -> Setting:
     s = rep.summaries.get(stem, {}) if stem else {}
     e = ((rep.index.get("notebooks") or {}).get(stem) or {}) if stem else {}
     ran, params = e.get("ran_on") or {}, e.get("parameters") or {}
-    device, vllm = s.get("device") or ran.get("device"), s.get("vllm_version") or ran.get("vllm")
+    # the engine runs the notebook showed (their own provenance, fp8lab.results.note_run) before where the notebook
+    # itself executed: a report re-rendered from a committed store on a CPU still shows the H200's runs
+    runs = e.get("runs") or {}
+    run_device = runs["devices"][0] if len(runs.get("devices") or []) == 1 else None
+    run_vllm = runs["vllm"][0] if len(runs.get("vllm") or []) == 1 else None
+    device = s.get("device") or run_device or ran.get("device")
+    vllm = s.get("vllm_version") or (run_vllm if run_device else None) or ran.get("vllm")
     model = s.get("model") or (Path(str(params["MODEL"])).name if params.get("MODEL") else None)
     graphs = (
         s.get("cuda_graphs")
@@ -509,7 +515,7 @@ def study_setting(rep: Report, prefix: str) -> Setting:
         else (not params["ENFORCE_EAGER"] if isinstance(params.get("ENFORCE_EAGER"), bool) else None)
     )
     load_format = s.get("load_format") or params.get("LOAD_FORMAT")
-    sources = ["summary" if s.get("device") else "summary.json" if ran else ""]
+    sources = ["summary" if s.get("device") else "runs' provenance" if run_device else "summary.json" if ran else ""]
     if device is None or vllm is None or graphs is None:
         for archive in sorted(glob.glob(str(rep.path / "records" / f"{prefix}_*.tar.gz"))):
             facts = _records_facts(archive)

@@ -596,7 +596,7 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         if e.get("rerun_failed"):  # the last good result is shown; the failed rerun is linked
             fail = e["rerun_failed"]
             fl = f' (<a href="{html.escape(fail["failed_html"])}">failed run</a>)' if fail.get("failed_html") else ""
-            err += (f"<p class='failed'>A later rerun failed and was not kept{fl}: "
+            err += (f"<p class='failed'>Shown: the last good result; a later rerun failed and was not kept{fl}: "
                     f"{html.escape(str(fail.get('error')))}</p>")
         if s.get("not_measured"):  # no native FP8 kernel here (fp8lab.capability)
             err += f"<p class='failed'>{html.escape(str(s['not_measured']))}</p>"
