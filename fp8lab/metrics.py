@@ -19,13 +19,12 @@ Definitions (the ones the serving study reports):
   (trials with replacement, then requests within each chosen trial), so engine-to-engine variation
   widens the interval (Davison & Hinkley, *Bootstrap Methods*, 1997, sec. 3.8). A delta whose interval
   contains zero is labelled ``"within noise"``.
-- **Noise floor**: the same configuration measured against itself: the relative difference between
-  two trials of one config, over every pair of trials of every config.
+- Paired A/B deltas with t-intervals valid for n and the noise floor of a configuration against itself (a
+  median, never a maximum) live in :mod:`fp8lab.stats`.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -245,60 +244,6 @@ def bootstrap_delta(a: Iterable[float], b: Iterable[float], statistic: str | Cal
     return DeltaCI(float(sa), float(sb), float(delta), float(lo), float(hi), int(va.size), int(vb.size), n_boot, ci)
 
 
-def bootstrap_paired_delta(a: Iterable[float], b: Iterable[float], *, n_boot: int = 2000, ci: float = 0.95,
-                           seed: int = 0) -> DeltaCI:
-    """Relative delta of paired measurements (``a[i]``, ``b[i]`` taken back to back, e.g. trial ``i`` of
-    auto and of fp8 in an A B A B plan): the mean of ``b[i] / a[i] - 1`` with a percentile-bootstrap
-    interval over pairs. With 3 pairs there are only 10 distinct resamples: the interval is coarse and
-    honest about it."""
-    va = np.asarray(list(a), dtype=float)
-    vb = np.asarray(list(b), dtype=float)
-    if va.shape != vb.shape:
-        raise ValueError(f"paired samples differ in length: {va.size} vs {vb.size}")
-    keep = np.isfinite(va) & np.isfinite(vb) & (va != 0)
-    va, vb = va[keep], vb[keep]
-    nan = float("nan")
-    if va.size == 0:
-        return DeltaCI(nan, nan, nan, nan, nan, 0, 0, 0, ci)
-    rel = vb / va - 1.0
-    rng = np.random.default_rng(seed)
-    boots = rel[rng.integers(0, rel.size, (n_boot, rel.size))].mean(axis=1)
-    alpha = (1.0 - ci) / 2.0
-    lo, hi = np.quantile(boots, [alpha, 1.0 - alpha])
-    return DeltaCI(float(va.mean()), float(vb.mean()), float(rel.mean()), float(lo), float(hi),
-                   int(va.size), int(vb.size), n_boot, ci)
-
-
-# --------------------------------------------------------------------------------------------------
-# Noise floor: a configuration against itself
-# --------------------------------------------------------------------------------------------------
-
-
-def self_deltas(per_trial: pd.DataFrame, value: str = "value", config: str = "kv_dtype",
-                trial: str = "trial") -> pd.DataFrame:
-    """Every pair of trials of the same config: rows ``config, trial_i, trial_j, rel_diff`` with
-    ``rel_diff = v_j / v_i - 1`` (``per_trial`` has one row per config and trial)."""
-    rows = []
-    for cfg, g in per_trial.groupby(config, sort=False):
-        g = g.sort_values(trial)
-        for (_, ri), (_, rj) in itertools.combinations(g.iterrows(), 2):
-            vi, vj = float(ri[value]), float(rj[value])
-            rows.append({config: cfg, "trial_i": ri[trial], "trial_j": rj[trial],
-                         "rel_diff": vj / vi - 1.0 if vi else float("nan")})
-    return pd.DataFrame(rows, columns=[config, "trial_i", "trial_j", "rel_diff"])
-
-
-def noise_floor(per_trial: pd.DataFrame, value: str = "value", config: str = "kv_dtype",
-                trial: str = "trial") -> dict[str, float]:
-    """The same config against itself: ``max_pct`` (the largest |relative difference| between two trials
-    of one config, over all configs) and ``median_pct``, in percent, with ``n_pairs``. A measured A/B delta
-    smaller than ``max_pct`` is not distinguishable from run-to-run variation on this machine."""
-    d = self_deltas(per_trial, value, config, trial)["rel_diff"].abs().dropna()
-    if d.empty:
-        return {"max_pct": float("nan"), "median_pct": float("nan"), "n_pairs": 0}
-    return {"max_pct": 100.0 * float(d.max()), "median_pct": 100.0 * float(d.median()), "n_pairs": int(d.size)}
-
-
 # --------------------------------------------------------------------------------------------------
 # What the engine held at each decode step (for the roofline comparison)
 # --------------------------------------------------------------------------------------------------
@@ -356,7 +301,7 @@ def decode_steps(records: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = [
-    "DeltaCI", "PERCENTILES", "REQUEST_LATENCIES", "achieved_rate", "bootstrap_delta", "bootstrap_paired_delta",
-    "decode_steps", "ecdf", "explode_itl", "latency_table", "noise_floor", "percentiles", "self_deltas", "statistic_fn",
+    "DeltaCI", "PERCENTILES", "REQUEST_LATENCIES", "achieved_rate", "bootstrap_delta",
+    "decode_steps", "ecdf", "explode_itl", "latency_table", "percentiles", "statistic_fn",
     "throughput",
 ]

@@ -96,29 +96,6 @@ def test_cluster_bootstrap_is_wider_when_clusters_differ():
     assert clustered.delta == pytest.approx(0.05)
 
 
-def test_paired_delta_hand_computed():
-    same_shift = metrics.bootstrap_paired_delta([100, 200, 50], [110, 220, 55])
-    assert same_shift.delta == pytest.approx(0.10) and same_shift.lo == pytest.approx(0.10)
-    assert same_shift.hi == pytest.approx(0.10) and same_shift.label == "B higher"
-    mixed = metrics.bootstrap_paired_delta([100, 100, 100], [90, 100, 110])  # per-pair -10%, 0, +10%
-    assert mixed.delta == pytest.approx(0.0, abs=1e-12)
-    assert mixed.lo == pytest.approx(-0.1) and mixed.hi == pytest.approx(0.1)  # the extreme resamples
-    assert mixed.within_noise
-    with pytest.raises(ValueError):
-        metrics.bootstrap_paired_delta([1, 2], [1, 2, 3])
-
-
-def test_noise_floor_hand_computed():
-    per_trial = pd.DataFrame({"kv_dtype": ["auto"] * 3 + ["fp8"] * 2, "trial": [0, 1, 2, 0, 1],
-                              "value": [100.0, 110.0, 90.0, 50.0, 51.0]})
-    pairs = metrics.self_deltas(per_trial)
-    # auto: 110/100-1 = +10%, 90/100-1 = -10%, 90/110-1 = -18.18%; fp8: 51/50-1 = +2%
-    assert sorted(pairs.rel_diff.round(4)) == [-0.1818, -0.1, 0.02, 0.1]
-    nf = metrics.noise_floor(per_trial)
-    assert nf["max_pct"] == pytest.approx(100 * 20 / 110)
-    assert nf["median_pct"] == pytest.approx(10.0) and nf["n_pairs"] == 4
-
-
 def test_decode_steps_hand_computed():
     # r0: sent 0, first token at 1.0, then 2.0, 3.0 (prompt 10); r1: sent 0.5, tokens at 1.5, 2.5 (prompt 20)
     rec = pd.DataFrame({"sent_s": [0.0, 0.5], "ttft_s": [1.0, 1.0], "prompt_tokens": [10, 20],
