@@ -404,7 +404,8 @@ def verdict_markdown(s: dict[str, Any]) -> str:
         exact = "exactly" if s["prediction_exact"] else f"within {s['max_abs_rel_error']:.2%}"
         lines.append(f"- **Measured** on vLLM: KV blocks {parts}: the formula matches {exact}.")
     else:
-        parts = ", ".join(f"`{d}`: {v['status']}" + (f" ({v['error']})" if v["error"] else "") for d, v in m.items())
+        parts = ", ".join(f"`{d}`: {v['status']}" + (f" ({v['error']})" if isinstance(v.get("error"), str) and v["error"]
+                                                     else "") for d, v in m.items())
         lines.append(f"- **Measured**: not every engine gave figures ({parts}).")
     if s.get("records"):
         lines.append(records_markdown(s["records"]))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -685,10 +686,37 @@ def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] 
         print(f"plan: {len(plan.kv_dtypes)} engines alive together, {plan.trials} trials, closed loop at c={list(conc)}, "
               f"estimate {est.seconds.iloc[-1] / 60:.1f} min", flush=True)
     runs = _run_paired(plan, study, conc, cap_pred, progress, engine_factory)
+    attribute_shared_memory(runs)
     out = ServingResult(plan=plan, runs=runs, concurrency=conc, blocks=blocks)
     _collect(out)
     out.wall_s = time.perf_counter() - t0
     return out
+
+
+def attribute_shared_memory(runs: list[dict[str, Any]]) -> None:
+    """Per-engine memory where the engines of the paired design shared one GPU (``mem_kind`` ``gpu``: NVML
+    reads the whole device, so every engine's samples hold both engines' memory). In place, on each run's
+    ``result.engine``: ``mem_device_peak_bytes`` keeps the device's peak (both engines), ``mem_shared_device``
+    is set, and ``mem_peak_bytes`` / ``mem_steady_bytes`` become this engine's own: what the device gained
+    over its start (``mem_after_start_bytes - mem_baseline_bytes``) plus what the device gained after the last
+    engine started (an upper bound: that growth is counted to each engine). Engines measured alone, or
+    on CPU (each engine's own resident memory), are left as they are."""
+    gpu = [r["result"].engine for r in runs
+           if (r["result"].engine or {}).get("mem_kind") == "gpu"
+           and (r["result"].engine or {}).get("mem_after_start_bytes") is not None
+           and (r["result"].engine or {}).get("mem_baseline_bytes") is not None]
+    if len({r["kv_dtype"] for r in runs}) < 2 or len(gpu) < 2 or any(f.get("mem_shared_device") for f in gpu):
+        return
+    all_started = max(float(f["mem_after_start_bytes"]) for f in gpu)
+    for f in gpu:
+        own = float(f["mem_after_start_bytes"]) - float(f["mem_baseline_bytes"])
+        peak = f.get("mem_peak_bytes")
+        steady = f.get("mem_steady_bytes")
+        f["mem_device_peak_bytes"] = peak
+        f["mem_shared_device"] = True
+        f["mem_engine_start_bytes"] = own
+        f["mem_peak_bytes"] = own + max(0.0, float(peak) - all_started) if peak is not None else own
+        f["mem_steady_bytes"] = own + max(0.0, float(steady) - all_started) if steady is not None else own
 
 
 def _collect(res: ServingResult) -> None:
@@ -769,7 +797,9 @@ def capacity_table(res: ServingResult) -> pd.DataFrame:
     """One row per kv dtype (its first successful engine): ``num_blocks``, ``block_size``,
     ``kv_capacity_tokens``, ``predicted_blocks`` (:func:`fp8lab.kvmath.predict_num_blocks` on the engine's
     budget and block size, when the budget is known), ``ratio_vs_baseline`` (capacity / the baseline's)
-    and memory (``mem_peak_gib``, ``mem_steady_gib``: GPU used memory, or the engine's RSS on CPU)."""
+    and memory (``mem_peak_gib``, ``mem_steady_gib``: GPU used memory, or the engine's RSS on CPU; where both
+    engines shared one GPU, each engine's own share (:func:`attribute_shared_memory`) and ``mem_device_peak_gib``,
+    the device's peak with both)."""
     e = res.engines[res.engines.status == "ok"] if len(res.engines) else res.engines
     rows = []
     for d in res.plan.kv_dtypes:
@@ -789,6 +819,8 @@ def capacity_table(res: ServingResult) -> pd.DataFrame:
                      "kv_budget_gib": (budget / 2**30) if pred is not None else None,
                      "mem_peak_gib": g.mem_peak_bytes.max() / 2**30 if "mem_peak_bytes" in g else None,
                      "mem_steady_gib": g.mem_steady_bytes.median() / 2**30 if "mem_steady_bytes" in g else None,
+                     "mem_device_peak_gib": (g.mem_device_peak_bytes.max() / 2**30
+                                             if "mem_device_peak_bytes" in g else None),
                      "engine_start_s": g.engine_start_s.median() if "engine_start_s" in g else None})
     df = pd.DataFrame(rows)
     if "kv_capacity_tokens" in df:
@@ -1154,13 +1186,25 @@ def fidelity_line(fidelity: dict[str, Any] | None) -> str | None:
     if not fidelity or fidelity.get("ratio") is None:
         return None
     tol = 100 * fidelity.get("tolerance", 0.03)
+    nr = len(fidelity.get("round_ratios") or [])
     msg = (f"- **Fidelity.** fp8lab's offline throughput / `vllm bench throughput` = {fidelity['ratio']:.3f} "
-           f"({'within' if fidelity.get('within_tolerance') else 'outside'} {tol:.0f}%")
+           f"({'median of ' + str(nr) + ' rounds' if nr > 1 else 'one round'}; "
+           f"{'within' if fidelity.get('within_tolerance') else 'outside'} {tol:.0f}%")
     spread = fidelity.get("spread_pct") or {}
     if spread:
-        msg += "; run to run, " + ", ".join(f"{'vLLM bench' if w == 'bench' else w} varied by {v:.1f}%"
+        msg += "; run to run, " + ", ".join(f"{'vLLM bench' if w == 'bench' else w} varied by {v:.2f}%"
                                             for w, v in sorted(spread.items()))
     msg += ")."
+    rows = fidelity.get("rows")
+    if isinstance(rows, pd.DataFrame) and len(rows) and "status" in rows:
+        bad = rows[rows.status != "ok"]
+        if len(bad):
+            msg += " Not measured: " + "; ".join(
+                f"round {int(r['round'])} {'vLLM bench' if r['who'] == 'bench' else r['who']} ({r['status']})"
+                for _, r in bad.iterrows()) + "."
+    if fidelity.get("resolvable") is None:
+        msg += (" Each tool's own run-to-run spread needs two runs of it, so whether this check resolves "
+                f"{tol:.0f}% is not established.")
     if fidelity.get("resolvable") is False:
         off = 100 * abs(fidelity["ratio"] - 1)
         msg += (f" A tool varied by itself by more than {tol:.0f}%, so runs this short cannot resolve {tol:.0f}% on "
@@ -1216,6 +1260,16 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
                     return (f"{'>=' if r.censored else ''}{m} (formula {int(r.predicted)}, "
                             f"vLLM block accounting {int(r.predicted_vllm)})")
                 lines.append(f"- **Concurrency without preemption** ({s.loc[a].capacity_shape}): `{a}` {conc(a)}, `{b}` {conc(b)}.")
+        if (b in cap.index and a in cap.index and cap.loc[b].get("status") == "ok"
+                and pd.notna(cap.loc[a].get("mem_peak_gib")) and pd.notna(cap.loc[b].get("mem_peak_gib"))):
+            dev = cap.loc[b].get("mem_device_peak_gib")
+            shared = dev is not None and pd.notna(dev)
+            what = "each engine's own share of the one GPU both ran on" if shared else "peak"
+            lines.append(f"- **Memory** ({what}): "
+                         f"`{a}` {cap.loc[a].mem_peak_gib:.2f} GiB, `{b}` {cap.loc[b].mem_peak_gib:.2f} GiB"
+                         + (f" (the device's peak with both engines: {float(dev):.2f} GiB)" if shared else "")
+                         + (". The KV budget is fixed, so FP8 buys capacity here, not memory."
+                            if res.plan.engine.kv_cache_gib is not None else "."))
         d = deltas[deltas.kv_dtype == b]
         tput = d[d.metric.str.startswith("output tok/s")]
         if len(tput):
@@ -1299,6 +1353,10 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
             out[f"predicted_blocks_{d}"] = cap.loc[d].predicted_blocks
             out[f"mem_peak_gib_{d}"] = cap.loc[d].mem_peak_gib
             out[f"mem_steady_gib_{d}"] = cap.loc[d].mem_steady_gib
+            dev = cap.loc[d].get("mem_device_peak_gib")
+            if dev is not None and not pd.isna(dev):  # both engines on one GPU: per-engine figures are shares
+                out["mem_device_peak_gib"] = max(float(dev), out.get("mem_device_peak_gib", 0.0))
+                out["mem_shared_device"] = True
     for d in plan.kv_dtypes[1:]:
         if f"capacity_tokens_{d}" in out and f"capacity_tokens_{a}" in out:
             out["capacity_ratio" if len(plan.kv_dtypes) == 2 else f"capacity_ratio_{d}"] = (
@@ -1309,6 +1367,10 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
         out[f"output_tok_s_{d}"] = g.output_tok_s.mean()
         out[f"total_tok_s_{d}"] = g.total_tok_s.mean()
         out[f"preemptions_{d}"] = g.preemptions.sum()
+    closed = tp[tp.concurrency.notna()] if "concurrency" in tp else tp.iloc[0:0]
+    out["preemptions_by_concurrency"] = {
+        str(int(cc)): {str(d): float(g.preemptions.sum()) for d, g in gc.groupby("kv_dtype")}
+        for cc, gc in closed.groupby("concurrency")}
     lat = latency_summary(res, by=("kv_dtype",))
     for r in lat.itertuples():
         if r.metric in ("ttft_ms", "tpot_ms", "itl_ms"):
@@ -1486,6 +1548,7 @@ def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompt
     with its provenance, and the run's logs beside it), so that a check cut short (a time limit, a dead
     kernel) resumes: runs already finished with status ``ok`` are loaded (``cached`` True), the others run.
     """
+    from fp8lab import results
     from fp8lab.devices import provenance
     from fp8lab.specs import spec_hash
 
@@ -1512,7 +1575,10 @@ def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompt
                 if progress:
                     print(f"fidelity round {r} {who}: ok (stored), {rows[-1]['tokens_per_second']:.1f} tok/s", flush=True)
                 continue
-            if who == "bench":
+            if os.environ.get(results.STORE_ONLY_ENV):  # re-rendering from committed stores: never start an engine
+                out = {"status": "error", "error": f"not in the fidelity store ({kept}); ${results.STORE_ONLY_ENV} "
+                       "is set, so nothing is run"}
+            elif who == "bench":
                 out = run_vllm_bench(spec, input_len, output_len, num_prompts, num_warmups, tokenizer, sub)
             else:
                 out = run_fp8lab_offline(spec, input_len, output_len, num_prompts, num_warmups, prompt_source,

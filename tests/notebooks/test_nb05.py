@@ -34,7 +34,7 @@ EXPECTED = {
     "3b": "inconclusive",
     "4a": "confirmed",
     "4b": "not testable here",
-    "5": "inconclusive",
+    "5": "refuted",
     "6a": "confirmed",
     "6b": "inconclusive",
     "7": "not testable here",
@@ -57,7 +57,7 @@ EXPECTED = {
     "21": "refuted",
     "22": "refuted",
     "23": "not testable here",
-    "24": "inconclusive",
+    "24": "refuted",
     "25": "refuted",
     "26": "refuted",
     "27": "confirmed",
@@ -103,9 +103,9 @@ def test_reads_every_report_and_records_the_headline(nb05):
     counts = {
         v: list(s["verdicts"].values()).count(v) for v in ("confirmed", "refuted", "inconclusive", "not testable here")
     }
-    assert s["verdict_counts"] == counts == {"confirmed": 6, "refuted": 14, "inconclusive": 6, "not testable here": 8}
+    assert s["verdict_counts"] == counts == {"confirmed": 6, "refuted": 16, "inconclusive": 4, "not testable here": 8}
     assert s["headline"][0] == (
-        "Of 34 claims of the field reports: 6 confirmed, 14 refuted, 6 inconclusive, 8 not testable here."
+        "Of 34 claims of the field reports: 6 confirmed, 16 refuted, 4 inconclusive, 8 not testable here."
     )
     assert any("(claim 4a: confirmed)" in h and "NVIDIA H200" in h for h in s["headline"])
     assert s["headline"][-1].endswith("none on CPU runs alone.")
@@ -122,15 +122,17 @@ def test_verdict_per_claim(nb05):
 
 def test_settings_and_detectable_effects(nb05):
     _, _, rows = nb05
-    # claim 5: the H200 (8B-shaped, eager) decides and cannot resolve it; the CPU run and the shipped model are analogues
+    # claim 5: the H200 (8B-shaped, CUDA graphs, 5 paired trials) decides, at c=8 where neither dtype preempted;
+    # the CPU run and the shipped model are analogues
     r5 = rows["5"]
     assert r5["by_report"] == {
-        "h200": "inconclusive",
+        "h200": "refuted",
         "h200/shipped": "refuted (analogue)",
         "cpu-tiny": "refuted (analogue)",
     }
-    assert r5["setting"] == "[h200] NVIDIA H200, qwen3-8b (dummy weights), vLLM 0.26.0, eager"
-    assert r5["detectable"] == "[h200] 95% CI half-widths: output tok/s +-17.9%, TTFT P50 +-68.7%, TPOT P50 +-41.5%"
+    assert r5["setting"] == "[h200] NVIDIA H200, qwen3-8b (dummy weights), vLLM 0.26.0, CUDA graphs"
+    assert r5["detectable"] == "[h200] 95% CI half-widths: output tok/s +-0.2%, TTFT P50 +-7.9%, TPOT P50 +-0.8%"
+    assert "at the headline c=64 preemptions were auto 90" in r5["on_what"]
     # 12a: the 128K block-size pair, one request each, judged with the ramp's own scatter (records say: eager, H200)
     r12 = rows["12a"]
     assert "NVIDIA H200, qwen3-8b-128k (dummy weights), vLLM 0.26.0, eager" in r12["setting"]

@@ -324,6 +324,32 @@ def test_claim5_cpu_cannot_refute_a_gpu_serving_claim():
     assert run("5", ev(rep("shipped", TINY_GPU, s01=_s05(sign=-1)))).verdict == NOT_TESTABLE
 
 
+def test_claim5_is_judged_where_neither_dtype_preempted():
+    """reports/h200 (CUDA graphs, 5 paired trials): at the headline c=64 auto preempted 18 times a trial and
+    FP8's +13.2% is capacity; at c=8 neither preempted, and there the claim is contradicted on its own terms
+    (throughput +0.4% [+0.3, +0.6] against -7.9%; TPOT P50 -0.5% [-1.3, +0.3] against +21.4%)."""
+    h200 = s01(
+        {
+            "output tok/s @c=64": d(13.2, 12.7, 13.6),
+            "TTFT P50 @c=64": d(-90.9, -91.4, -90.3),
+            "TPOT P50 @c=64": d(5.1, 4.4, 5.9),
+            "output tok/s @c=8": d(0.43, 0.25, 0.61),
+            "TTFT P50 @c=8": d(-0.64, -8.24, 7.59),
+            "TPOT P50 @c=8": d(-0.49, -1.29, 0.32),
+        },
+        concurrency=(8, 64),
+        preemptions_by_concurrency={"8": {"auto": 0.0, "fp8": 0.0}, "64": {"auto": 90.0, "fp8": 0.0}},
+    )
+    f = run("5", ev(rep("h200", s01=h200)))
+    assert f.verdict == REFUTED and f.measured.startswith("[h200] @c=8: output tok/s +0.4% [+0.2, +0.6]")
+    assert f.details["h200"]["concurrency"] == 8 and f.details["h200"]["parts"]["TTFT P50"] == "unresolved"
+    assert "at the headline c=64 preemptions were auto 90" in f.on_what
+    # no preemption at the headline: the headline is judged, as before
+    calm = {**h200, "preemptions_by_concurrency": {"8": {"auto": 0.0, "fp8": 0.0}, "64": {"auto": 0.0, "fp8": 0.0}}}
+    g = run("5", ev(rep("h200", s01=calm)))
+    assert g.details["h200"]["concurrency"] == 64 and "preempted" not in g.on_what
+
+
 # ------------------------------------------------------------------------------------------ Study 06 claims
 def _pt(batch: int, ctx: int, ratio: float, hw: float = 0.003) -> dict:
     return {"batch": batch, "context_len": ctx, "ratio": ratio, "ratio_ci_low": ratio - hw, "ratio_ci_high": ratio + hw}
@@ -716,7 +742,7 @@ COMMITTED_H200 = {
     "3b": INCONCLUSIVE,
     "4a": CONFIRMED,
     "4b": NOT_TESTABLE,
-    "5": INCONCLUSIVE,
+    "5": REFUTED,
     "6a": CONFIRMED,
     "6b": INCONCLUSIVE,
     "7": NOT_TESTABLE,
@@ -739,7 +765,7 @@ COMMITTED_H200 = {
     "21": REFUTED,
     "22": REFUTED,
     "23": NOT_TESTABLE,
-    "24": INCONCLUSIVE,
+    "24": REFUTED,
     "25": REFUTED,
     "26": REFUTED,
     "27": CONFIRMED,
@@ -762,11 +788,13 @@ def test_the_committed_reports_verdicts():
     assert {i: r["verdict"] for i, r in rows.items()} == {**COMMITTED_H200, **({"17": CONFIRMED} if has06 else {})}
     # the H200 decides the serving claims; the CPU and the shipped model are analogues there
     assert rows["5"]["by_report"] == {
-        "h200": INCONCLUSIVE,
+        "h200": REFUTED,
         "h200/shipped": "refuted (analogue)",
         "cpu-tiny": "refuted (analogue)",
     }
-    assert "NVIDIA H200, qwen3-8b (dummy weights), vLLM 0.26.0, eager" in rows["5"]["setting"]
+    # Study 01 rerun with CUDA graphs and 5 paired trials: judged at c=8, where neither dtype preempted
+    assert rows["5"]["measured"].startswith("[h200] @c=8: output tok/s +0.4% [+0.3, +0.6] (claimed -7.9%)")
+    assert "NVIDIA H200, qwen3-8b (dummy weights), vLLM 0.26.0, CUDA graphs" in rows["5"]["setting"]
     assert "NVIDIA H200, qwen3-8b-128k (dummy weights), vLLM 0.26.0, eager" in rows["12a"]["setting"]
     assert rows["10"]["details"]["h200"]["means"]["e4m3/tensor"] == pytest.approx(0.00384, abs=1e-5)
     assert rows["11a"]["details"]["h200"]["good"]["fp8+large-attn_head"] == pytest.approx(0.9917, abs=1e-4)

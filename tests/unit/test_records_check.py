@@ -22,9 +22,9 @@ H200 = REPO_ROOT / "reports" / "h200" / "records"
 def test_every_h200_engine_matches_the_formula():
     df = capacity.records_check([str(H200)])
     s = capacity.summarize_records(df, [str(H200)])
-    # 6 Study 01 engines (3 trials x auto/fp8), 4 Study 03 + 4 Study 02 engines (stored under 03_quality),
-    # 6 Study 04 engines; fp8_e5m2 failed to start in vLLM 0.26.0 and stays a row with its error
-    assert s["engines"] == 20 and s["compared"] == 19 and s["exact"] == 19 and s["max_abs_rel_error"] == 0.0
+    # 10 Study 01 engine runs (5 paired trials x auto/fp8, CUDA graphs), 4 Study 03 + 4 Study 02 engines (stored
+    # under 03_quality), 6 Study 04 engines; fp8_e5m2 failed to start in vLLM 0.26.0 and stays a row with its error
+    assert s["engines"] == 24 and s["compared"] == 23 and s["exact"] == 23 and s["max_abs_rel_error"] == 0.0
     assert s["devices"] == ["NVIDIA H200"]
     (failed,) = s["not_compared"].values()
     assert "float8_e5m2" in failed
@@ -53,8 +53,8 @@ def test_a_wrong_block_count_is_caught(tmp_path):
     meta["engine"]["num_blocks"] += 1
     (run / "engine.json").write_text(json.dumps(meta))
     s = capacity.summarize_records(capacity.records_check([str(study)]), [str(study)])
-    assert s["compared"] == 6 and s["exact"] == 5 and 0 < s["max_abs_rel_error"] < 1e-3
-    assert "exactly in 5, largest error" in capacity.records_markdown(s)
+    assert s["compared"] == 10 and s["exact"] == 9 and 0 < s["max_abs_rel_error"] < 1e-3
+    assert "exactly in 9, largest error" in capacity.records_markdown(s)
 
 
 def test_a_run_whose_config_is_nowhere_is_a_row(tmp_path):
@@ -96,8 +96,8 @@ def test_summary_and_verdict_carry_the_records():
     check = capacity.capacity_check(str(REPO_ROOT / "data" / "configs" / "qwen3-8b"), measure=False)
     rec = capacity.summarize_records(capacity.records_check([str(H200)]), [str(H200)])
     s = capacity.summarize("qwen3-8b", ["auto", "fp8"], formula, plan, memory, check, rec)
-    assert s["records"]["exact"] == 19
-    assert "block count of 19 engines exactly" in capacity.verdict_markdown(s)
+    assert s["records"]["exact"] == 23
+    assert "block count of 23 engines exactly" in capacity.verdict_markdown(s)
     assert "Engines on record" not in capacity.verdict_markdown({**s, "records": None})
 
 

@@ -33,7 +33,8 @@ def test_fidelity_summary_on_the_h200_rows():
     assert f["spread_pct"] == pytest.approx({"bench": 5.1925, "fp8lab": 4.3718}, abs=1e-3)
     assert f["resolvable"] is False  # each tool varied by more than 3% against itself
     line = serving.fidelity_line(f)
-    assert "= 0.979 (within 3%; run to run, vLLM bench varied by 5.2%, fp8lab varied by 4.4%)" in line
+    assert ("= 0.979 (median of 2 rounds; within 3%; run to run, vLLM bench varied by 5.19%, "
+            "fp8lab varied by 4.37%)") in line
     assert "within that variation" in line
     # reports/h200/shipped (the tiny model, CUDA graphs, 256 requests): 0.784, but fp8lab varied by 23.7%
     g = serving.fidelity_summary(_rows([195074.93, 127739.80, 158063.45, 172947.14]))
@@ -56,6 +57,40 @@ def test_fidelity_summary_when_it_can_tell():
     f = serving.fidelity_summary(failed)
     assert f["round_ratios"] == pytest.approx([0.97]) and f["resolvable"] is None  # bench ran once
     assert serving.fidelity_line(None) is None
+
+
+def test_fidelity_line_of_a_check_cut_short():
+    # reports/h200 Study 01 (CUDA graphs, 1024 in + 256 out, 512 requests, fp8): round 1's vLLM bench run was
+    # cut by the session's device time; re-rendered from the store it is "not in the fidelity store"
+    rows = _rows([29289.826420561472, 29196.863880061563, 29204.70658873174, 0.0])
+    rows.loc[3, ["status", "tokens_per_second"]] = ["error", None]
+    f = serving.fidelity_summary(rows, tolerance=0.02)
+    assert f["round_ratios"] == pytest.approx([29196.863880061563 / 29289.826420561472])  # 0.99683
+    assert f["spread_pct"] == pytest.approx({"fp8lab": 0.026861}, abs=1e-5) and f["resolvable"] is None
+    line = serving.fidelity_line({**f, "rows": rows})
+    assert "= 0.997 (one round; within 2%; run to run, fp8lab varied by 0.03%)." in line
+    assert "Not measured: round 1 vLLM bench (error)." in line
+    assert "is not established" in line
+
+
+def test_fidelity_check_runs_nothing_when_store_only(tmp_path, monkeypatch):
+    """Re-rendering from committed stores (FP8LAB_STORE_ONLY): a run missing from the fidelity store is an
+    error row, never a vLLM start; stored runs are loaded."""
+    from fp8lab.specs import EngineSpec, spec_hash
+
+    monkeypatch.setenv(results.STORE_ONLY_ENV, "1")
+    spec = EngineSpec(model=str(REPO_ROOT / "data" / "configs" / "qwen3-8b"), load_format="dummy",
+                      skip_tokenizer_init=True, kv_cache_gib=24, kv_cache_dtype="fp8")
+    settings = {"engine": spec.to_dict(), "input_len": 8, "output_len": 4, "num_prompts": 2, "num_warmups": 4,
+                "tokenizer": None, "prompt_source": "random", "temperature": 1.0}
+    keep = tmp_path / spec_hash(settings)
+    keep.mkdir()
+    (keep / "round0-bench.json").write_text('{"round": 0, "who": "bench", "status": "ok", "tokens_per_second": 100.0}')
+    out = serving.fidelity_check(spec, 8, 4, 2, rounds=1, store=tmp_path, progress=False)
+    rows = out["rows"].set_index("who")
+    assert rows.loc["bench", "cached"] and rows.loc["bench", "tokens_per_second"] == 100.0
+    assert rows.loc["fp8lab", "status"] == "error" and "FP8LAB_STORE_ONLY" in rows.loc["fp8lab", "error"]
+    assert out["ratio"] is None
 
 
 def test_preemption_line_on_the_shipped_model_records(tmp_path):
@@ -152,3 +187,36 @@ def test_paired_schedule_alternates_by_phase_and_trial():
     assert [firsts[(t, "open-constant-4")] for t in range(3)] == ["auto", "fp8", "auto"]
     measured = [v for k, v in firsts.items() if k[1] != "warmup"]
     assert sorted((sum(v == "auto" for v in measured), sum(v == "fp8" for v in measured))) == [4, 5]
+
+
+def _run(d, trial, **facts):
+    from fp8lab.engine import EngineResult
+
+    return {"kv_dtype": d, "trial": trial, "result": EngineResult(status="ok", error=None, engine=dict(facts), records=None,
+                                                                         samples=None, phases={}, provenance={})}
+
+
+def test_memory_of_engines_sharing_one_gpu_is_each_engines_own():
+    # reports/h200 Study 01 (paired, both engines on one H200; NVML reads the whole device): auto started first
+    # (device 0.645 -> 48.218 GB), fp8 second (48.218 -> 96.429 GB); the device's peak with both was 96.433 GB
+    a = dict(mem_kind="gpu", mem_baseline_bytes=644939776, mem_after_start_bytes=48217587712,
+             mem_peak_bytes=96432750592, mem_steady_bytes=96432750592.0)
+    f = dict(mem_kind="gpu", mem_baseline_bytes=48217587712, mem_after_start_bytes=96428556288,
+             mem_peak_bytes=96432750592, mem_steady_bytes=96430653440.0)
+    runs = [_run("auto", 0, **a), _run("fp8", 0, **f), _run("auto", 1, **a), _run("fp8", 1, **f)]
+    serving.attribute_shared_memory(runs)
+    ea, ef = runs[0]["result"].engine, runs[1]["result"].engine
+    grew = 96432750592 - 96428556288  # after both started: counted to each engine (an upper bound)
+    assert ea["mem_peak_bytes"] == 48217587712 - 644939776 + grew  # 44.31 GiB, not the device's 89.81
+    assert ef["mem_peak_bytes"] == 96428556288 - 48217587712 + grew
+    assert ef["mem_steady_bytes"] == 96428556288 - 48217587712 + (96430653440 - 96428556288)
+    assert ea["mem_device_peak_bytes"] == 96432750592 and ea["mem_shared_device"] is True
+    serving.attribute_shared_memory(runs)  # applied once: a second call changes nothing
+    assert runs[0]["result"].engine["mem_peak_bytes"] == 48217587712 - 644939776 + grew
+    # engines measured alone (one dtype) or by their own resident memory (CPU) keep their figures
+    alone = [_run("auto", 0, **a), _run("auto", 1, **a)]
+    serving.attribute_shared_memory(alone)
+    assert alone[0]["result"].engine["mem_peak_bytes"] == 96432750592
+    cpu = [_run("auto", 0, **{**a, "mem_kind": "cpu_rss"}), _run("fp8", 0, **{**f, "mem_kind": "cpu_rss"})]
+    serving.attribute_shared_memory(cpu)
+    assert cpu[1]["result"].engine["mem_peak_bytes"] == 96432750592 and "mem_shared_device" not in cpu[1]["result"].engine
