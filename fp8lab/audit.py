@@ -94,6 +94,7 @@ STUDIES: Mapping[str, str] = {
     "03": "quality (03)",
     "04": "long context (04)",
     "06": "decode speed (06)",
+    "07": "prefix cache (07)",
 }
 
 
@@ -292,7 +293,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM / SGLang (GPU not stated)",
         "radix cache hit rate 68.3 -> 67.9%",
         "gpu",
-        (),
+        ("07",),
     ),
     Claim(
         "17",
@@ -2060,12 +2061,34 @@ def rule_options(ev: Evidence) -> Finding:
 
 
 # --------------------------------------------------------------------------------------------- claim 16
-@rule("16")
-def rule_prefix_hit_rate(ev: Evidence) -> Finding:
-    """The prefix (radix) cache hit rate of auto and FP8 on the same requests: every study here runs with prefix
-    caching off, so no hit rate is recorded (not testable here) unless a summary records
-    ``{dtype}.prefix_hit_rate``."""
-    return _hit_rate(ev)
+PREFIX_VERDICTS = {"refuted": REFUTED, "consistent": CONFIRMED, "inconclusive": INCONCLUSIVE}
+
+
+@per_report("16")
+def rule_prefix_hit_rate(rep: Report) -> Finding:
+    """Study 07 (prefix caching on, both dtypes at the same KV budget, multi-turn chat, shared system prompts and
+    JSON templates swept from inside to beyond what the cache holds, paired trials): FP8's hit rate above auto's
+    beyond the paired interval at some working set refutes "unaffected" (it holds twice the blocks, so it keeps
+    prefixes auto evicts); every difference's interval within 1 percentage point confirms; else inconclusive.
+    Every other study runs with prefix caching off, so without Study 07 the claim is not testable."""
+    s = rep.optional("07")
+    if s is None:
+        raise Missing("no prefix cache (07) summary; every other study runs with prefix caching off")
+    v = s.get("claim_verdict")
+    if v not in PREFIX_VERDICTS:
+        raise Missing(f"prefix cache (07) measured no hit rate of both dtypes ({v or 'no verdict'})")
+    det = s.get("dhit_min_detectable_pp")
+    gains = {w: s.get(f"{w}.gain") for w in ("chat", "system", "json") if s.get(f"{w}.gain")}
+    return finding(
+        PREFIX_VERDICTS[v],
+        s.get("claim_evidence") or "hit rates of both dtypes (07)",
+        "FP8 kept more prefix hits beyond auto's knee" if v == "refuted"
+        else "hit rates equal within 1 pp at every working set" if v == "consistent"
+        else "differences not resolved at every working set",
+        {"claim_verdict": v, "gains": gains},
+        setting=rep.setting("07"),
+        detectable=f"+-{det:.1f} pp of hit rate (median 95% CI half-width)" if det is not None else "not stated",
+    )
 
 
 # --------------------------------------------------------------------------------------------- claim 17

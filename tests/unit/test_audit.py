@@ -27,6 +27,7 @@ STEMS = {
     "03": "03_quality_token_match",
     "04": "04_long_context_ramp_128k",
     "06": "06_decode_speed",
+    "07": "07_prefix_cache",
 }
 GPU = {"device": "NVIDIA H200", "model": "qwen3-8b", "vllm": "0.26.0", "graphs": True}
 CPU = {"device": "CPU: AMD EPYC", "model": "fp8lab-tiny-qwen3", "vllm": "0.32.0", "graphs": False}
@@ -603,6 +604,29 @@ def test_facts_physics_and_introspection():
     assert run("26", ev(vllm=(_opts("0.1.0"),))).verdict == NOT_TESTABLE
     assert run("12b", ev(rep(s04=_ramp()))).verdict == run("16", ev()).verdict == NOT_TESTABLE
     assert run("23", ev(rep(s04=_ramp()))).verdict == NOT_TESTABLE
+
+
+def _s07(verdict: str) -> dict:
+    """A Study 07 summary as prefix.summary records it (the claim's verdict computed by the study, its evidence)."""
+    return {
+        "claim_verdict": verdict,
+        "claim_evidence": "qwen3-8b on NVIDIA H200, 4.0 GiB KV: chat: |fp8 - auto| <= 0.3 pp while auto holds; "
+        "beyond auto's knee, N=48: 41.0% -> 66.0%",
+        "dhit_min_detectable_pp": 1.4,
+        "chat.gain": {"n_active": 48, "dhit_pp": 25.0, "auto_hit_rate": 0.41, "fp8_hit_rate": 0.66},
+    }
+
+
+def test_claim16_is_decided_by_study_07_on_a_gpu_only():
+    f = run("16", ev(rep("h200", s07=_s07("refuted"))))
+    assert f.verdict == REFUTED and "41.0% -> 66.0%" in f.measured and "+-1.4 pp" in f.detectable
+    assert f.details["h200"]["gains"]["chat"]["dhit_pp"] == 25.0
+    assert run("16", ev(rep("h200", s07=_s07("consistent")))).verdict == CONFIRMED
+    assert run("16", ev(rep("h200", s07=_s07("inconclusive")))).verdict == INCONCLUSIVE
+    assert run("16", ev(rep("h200", s07=_s07("not measured")))).verdict == NOT_TESTABLE  # an engine failed
+    cpu = run("16", ev(rep("cpu-tiny", CPU, s07=_s07("refuted"))))  # the CPU analogue decides nothing
+    assert cpu.verdict == NOT_TESTABLE and cpu.by_report == {"cpu-tiny": "refuted (analogue)"}
+    assert "prefix caching off" in run("16", ev(rep("h200", s01=_s05()))).measured
 
 
 def test_claim27_cast_is_silent():
