@@ -2655,7 +2655,8 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def summary_values(rows: Sequence[Mapping[str, Any]], ev: Evidence) -> dict[str, Any]:
     """What the notebook records: ``headline`` (:func:`headline`), verdict counts, ``{claim id: verdict}``, the rows
-    (for the index page), the reports and vLLM versions read, and the notes."""
+    (for the index page), the reports read with the setting of each of their studies, the vLLM versions read,
+    and the notes."""
     counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     return {
         "headline": headline(rows),
@@ -2663,6 +2664,8 @@ def summary_values(rows: Sequence[Mapping[str, Any]], ev: Evidence) -> dict[str,
         "verdicts": {str(r["id"]): r["verdict"] for r in rows},
         "audit_rows": [dict(r) for r in rows],
         "reports": {r.label: sorted(r.summaries) for r in ev.reports},
+        # where each study read here ran, as the rules saw it (an unknown device makes its evidence undecidable)
+        "settings": {r.label: {stem: r.setting(stem[:2]).text for stem in sorted(r.summaries)} for r in ev.reports},
         "vllm_versions": [i.get("version") for i in ev.vllm],
         "notes": list(ev.notes),
         "n_claims": len(rows),

@@ -707,11 +707,13 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
     _reap_descendants(proc.pid)
     proc.join(timeout=10)
     run = load(rd)
-    failed_all = bool(run.engines) and not run.ok_dtypes()
+    # a dtype this device could not run natively leaves the run incomplete, so a device that can fills it in
+    refused = any(e.get("status") == "unsupported" for e in run.engines.values())
+    failed_all = bool(run.engines) and not run.ok_dtypes() and not refused
     corr_done = spec.correctness_prompts == 0 or (
         len(run.correctness) and set(run.ok_dtypes()) <= set(run.correctness.kv_dtype)
     )
-    if failed_all or (run.engines and not run.missing_cells() and corr_done):
+    if failed_all or (run.engines and not refused and not run.missing_cells() and corr_done):
         (rd / "complete.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
         run.complete = True
     return run

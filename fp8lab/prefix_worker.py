@@ -200,7 +200,7 @@ def _failure(exc: BaseException, log: Path, before: int) -> dict[str, Any]:
 
 def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
     """Run every missing cell and the correctness check. Never raises: failures land in ``engines.json``."""
-    from fp8lab import devices
+    from fp8lab import capability, devices
     from fp8lab import prefix as px
 
     if hasattr(os, "setpgrp"):
@@ -224,7 +224,7 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
             if g.turn.nunique() == spec.workload(key[0]).turns:
                 have.add(tuple(key))
     corr_done = set(run.correctness.kv_dtype) if len(run.correctness) else set()
-    final = ("unsupported", "oom", "invalid")
+    final = ("oom", "invalid")  # "unsupported" is asked again: the same store may later meet a device that can
     dtypes = [d for d in spec.kv_dtypes if engines["engines"].get(d, {}).get("status") not in final]
 
     def todo(d: str) -> bool:
@@ -246,6 +246,12 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
         live: dict[str, Any] = {}
         taps: dict[str, _Tap] = {}
         for d in group:
+            sup = capability.kv_support(d, spec.model)
+            if not sup.native:  # no engine this device cannot run natively (an emulated cache has auto's blocks)
+                engines["engines"][d] = {"status": "unsupported", "error": sup.reason, "not_started": True,
+                                         "kv_cache_dtype": d, "capability": sup.to_dict()}
+                save()
+                continue
             before = log.stat().st_size if log.exists() else 0
             try:
                 llm, facts = _start(spec.engine_spec(d).to_dict(), log, spec.engine_args)

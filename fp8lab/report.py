@@ -343,10 +343,23 @@ def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | Non
     bar = tqdm(paths, desc=f"fp8lab run [{profile_name}]", unit="notebook", disable=not progress)
     prov = provenance(with_torch=False)
     ran_on = {k: prov.get(k) for k in ("date_utc", "device", "fp8lab_commit", "fp8lab_dirty", "vllm")}
+    summary: dict[str, Any] = {}
     for nb in bar:
         bar.set_postfix_str(nb.stem)
         entry = run_notebook(nb, out_dir, parameters_for(nb, profile, overrides), progress=progress)
         entries.append({**entry, "ran_on": ran_on})  # kept with the entry when a later run keeps it
+        # written after every notebook: a later notebook (the claims audit) reads where this run's studies ran,
+        # and a run that dies keeps what finished
+        summary = _write_summary(out_dir, profile_name, profile, prov, entries)
+    if not entries:
+        summary = _write_summary(out_dir, profile_name, profile, prov, entries)
+    return summary
+
+
+def _write_summary(out_dir: Path, profile_name: str, profile: dict[str, Any], prov: dict[str, Any],
+                   entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge this call's ``entries`` into the folder's ``summary.json`` (a failed rerun keeps the last good
+    entry, with a ``rerun_failed`` note) and rewrite it and ``index.html``."""
     merged = previous_entries(out_dir, profile_name)
     for e in entries:
         prev = merged.get(e["notebook"])

@@ -11,4 +11,4 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "chromium is missing and cannot be installed here (needs root and apt-get): tests/browser will fail" >&2
   fi
 fi
-exec .venv/bin/python -m pytest -m "not gpu" "$@"
+exec .venv/bin/python -m pytest -m "not gpu" --durations=30 "$@"

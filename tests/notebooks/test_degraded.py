@@ -55,3 +55,19 @@ def test_nb03_runs_fp8_emulated(no_native_fp8, run_cpu_tiny, model_overrides):
     assert s[f"{emu}.tf_abs_dlogprob"] > 0 and 0.9 <= s[f"{emu}.tf_top1"] <= 1.0
     assert s["auto.rerun_max_abs_dlogprob"] == 0.0
     assert s["emulation_vs_native"].startswith("Emulated vs native FP8: not compared here")
+
+
+def test_nb07_measures_auto_and_says_fp8_was_not_measured(no_native_fp8, run_cpu_tiny, model_overrides, tmp_path,
+                                                           monkeypatch):
+    """Study 07 (prefix cache): an emulated FP8 cache keeps auto's block count, so it cannot stand in for the study's
+    effect (twice the blocks); fp8 is refused before any engine starts, auto is measured, and the run stays
+    incomplete so that a device with the kernel fills fp8 in."""
+    monkeypatch.setenv("FP8LAB_RUNS", str(tmp_path / "runs"))  # its own store: the native test must not load it
+    _, s = run_cpu_tiny(NOTEBOOKS_DIR / "07_prefix_cache.ipynb", model_overrides)
+    assert s["engines_status"] == {"auto": "ok", "fp8": "unsupported"}
+    assert "FP8LAB_NATIVE_FP8=0" in s["engine_errors"]["fp8"]
+    assert s["claim_verdict"] == "not measured" and s["complete"] is False
+    assert s["num_blocks"] == {"auto": s["num_blocks_formula"]["auto"]}  # only auto started, as the formula says
+    held = {(k["workload"], k["kv_dtype"]): k["measured_last_held"] for k in s["knees"]}
+    assert all(v is not None for (w, d), v in held.items() if d == "auto") and len(held) == 6
+    assert all(v is None for (w, d), v in held.items() if d == "fp8")
