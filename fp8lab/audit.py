@@ -1263,7 +1263,7 @@ def rule_mix(rep: Report) -> Finding:
         if calm and all(f"{_candidate(s)}: {m} @c={max(calm)}" in (s.get("deltas") or {}) for m in CLAIM5):
             hit = ", ".join(f"{d} {int(n)}" for d, n in pre[int(c)].items() if n)
             note = (f" (c={max(calm)}: the highest concurrency where neither dtype preempted; at the headline c={c} "
-                    f"preemptions were {hit}, so a gain there is capacity, not the claim's setting)")
+                    f"preemptions were {hit} (all trials), so a gain there is capacity, not the claim's setting)")
             c = max(calm)
     parts, text, details, hws = {}, [], {}, []
     for metric, claimed in CLAIM5.items():
