@@ -701,10 +701,9 @@ def attribute_shared_memory(runs: list[dict[str, Any]]) -> None:
     over its start (``mem_after_start_bytes - mem_baseline_bytes``) plus what the device gained after the last
     engine started (an upper bound: that growth is counted to each engine). Engines measured alone, or
     on CPU (each engine's own resident memory), are left as they are."""
-    gpu = [r["result"].engine for r in runs
-           if (r["result"].engine or {}).get("mem_kind") == "gpu"
-           and (r["result"].engine or {}).get("mem_after_start_bytes") is not None
-           and (r["result"].engine or {}).get("mem_baseline_bytes") is not None]
+    facts = [r["result"].engine for r in runs if r["result"].engine]
+    gpu = [f for f in facts if f.get("mem_kind") == "gpu"
+           and f.get("mem_after_start_bytes") is not None and f.get("mem_baseline_bytes") is not None]
     if len({r["kv_dtype"] for r in runs}) < 2 or len(gpu) < 2 or any(f.get("mem_shared_device") for f in gpu):
         return
     all_started = max(float(f["mem_after_start_bytes"]) for f in gpu)
