@@ -2643,6 +2643,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         out.append(
             f"The {len(refuted)} refutations rest on "
             + ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items()))
+            + (" (a claim may rest on more than one)" if sum(kinds.values()) > len(refuted) else "")
             + (
                 f"; on CPU runs alone: claims {', '.join(cpu_only)} (numerical claims)"
                 if cpu_only

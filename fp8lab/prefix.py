@@ -658,8 +658,13 @@ class PrefixRun:
 def load(run_dir: Path) -> PrefixRun:
     import pandas as pd
 
+    from fp8lab.results import note_run
+
     desc = json.loads((run_dir / "spec.json").read_text())
     eng = json.loads((run_dir / "engines.json").read_text()) if (run_dir / "engines.json").exists() else {}
+    done = (run_dir / "complete.json").exists()
+    if eng.get("provenance"):  # the report names the device and vLLM these rows were measured with
+        note_run(run_dir, eng["provenance"], "complete" if done else "partial")
     return PrefixRun(
         run_dir,
         desc,
@@ -675,8 +680,19 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
     """Measure (or load, or resume) ``spec`` in the results store ``root`` (default: runs/). One spawned worker
     holds one engine per dtype for the whole sweep. An engine that fails to start is recorded (status and root
     cause) and the others go on; the run is complete when every cell of every engine that started is stored."""
+    from fp8lab import results
+
     desc = spec.descriptor()
     rd = (root or runs_dir()) / STUDY / spec_hash(desc)
+    if results.store_only():  # re-rendering from committed stores: load what is there, never start a worker
+        kept = rd if (rd / "spec.json").exists() else results.stored_elsewhere(rd, desc)
+        if kept is not None:
+            return load(kept)
+        import pandas as pd
+
+        err = f"not in the results store ({rd}); ${results.STORE_ONLY_ENV} is set, so no engine was started"
+        return PrefixRun(rd, desc, pd.DataFrame(), pd.DataFrame(),
+                         {d: {"status": "error", "error": err} for d in spec.kv_dtypes}, {}, False)
     if force and rd.exists():
         import shutil
 
@@ -721,18 +737,30 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
 
 # ====================================================================================== analysis
 def cell_table(rows: Any, block_size: int | None = None) -> Any:
-    """One row per (workload, n_active, trial, kv_dtype) from per-turn rows: ``queries, hits`` (tokens, vLLM's
-    counters summed over turns), ``hit_rate = hits / queries``, ``cached_tokens`` (per-request
-    ``num_cached_tokens`` summed), ``ttft_mean_ms`` (request-weighted over every turn), ``ttft_followup_ms``
-    (turns after the first), ``output_tok_s`` (output tokens / wall seconds of all waves), ``preemptions``,
-    ``kv_usage_max``."""
+    """One row per (workload, n_active, trial, kv_dtype) from per-turn rows: ``queries, hits`` (tokens, summed over
+    turns), ``hit_rate = hits / queries``, ``cached_tokens`` (per-request ``num_cached_tokens`` summed),
+    ``counter_turns`` / ``counter_turns_complete`` (turns, and turns whose scheduler counters saw every prompt
+    token), ``ttft_mean_ms`` (request-weighted over every turn), ``ttft_followup_ms`` (turns after the first),
+    ``output_tok_s`` (output tokens / wall seconds of all waves), ``preemptions``, ``kv_usage_max``.
+
+    A turn's ``queries, hits`` are vLLM's scheduler counters when they are complete for it (``queries`` equals the
+    prompt tokens sent), else the per-request figures vLLM returned with each output (the prompt tokens and
+    ``num_cached_tokens``). vLLM 0.26's ``LLMEngine.step`` records a step's scheduler stats only when the step
+    returned outputs: on the H200 with the 6-layer model (eager, steps of milliseconds) 62 of 216 turns lost some
+    of their counts, while every turn whose counters were complete had ``hits == num_cached_tokens`` exactly (532
+    of 532 turns on the H200, both models)."""
     import pandas as pd
 
     if rows is None or not len(rows):
         return pd.DataFrame()
     out = []
+    rows = rows.copy()
+    sent = rows.prompt_tokens if "prompt_tokens" in rows else rows.queries
+    rows["_complete"] = rows.queries == sent
+    rows["_q"] = sent
+    rows["_h"] = rows.hits.where(rows._complete, rows.cached_tokens)
     for (w, n, t, d), g in rows.groupby(["workload", "n_active", "trial", "kv_dtype"], sort=True):
-        q, h = float(g.queries.sum()), float(g.hits.sum())
+        q, h = float(g._q.sum()), float(g._h.sum())
         fu = g[g.turn > 0]
         out.append(
             {
@@ -744,6 +772,8 @@ def cell_table(rows: Any, block_size: int | None = None) -> Any:
                 "hits": int(h),
                 "hit_rate": h / q if q else math.nan,
                 "cached_tokens": int(g.cached_tokens.sum()),
+                "counter_turns": len(g),
+                "counter_turns_complete": int(g._complete.sum()),
                 "ttft_mean_ms": float((g.ttft_mean_s * g.requests).sum() / g.requests.sum() * 1e3),
                 "ttft_followup_ms": float((fu.ttft_mean_s * fu.requests).sum() / fu.requests.sum() * 1e3)
                 if len(fu)
@@ -945,6 +975,8 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
         "knees": _records(knees),
         "sweep": _records(sweep),
         "correctness": _records(corr),
+        "counter_turns": int(cells.counter_turns.sum()) if len(cells) else 0,
+        "counter_turns_complete": int(cells.counter_turns_complete.sum()) if len(cells) else 0,
     }
     s["num_blocks_exact"] = bool(s["num_blocks"]) and all(
         s["num_blocks"][d] == s["num_blocks_formula"][d] for d in s["num_blocks"]
@@ -993,6 +1025,11 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
     return s
 
 
+def _kv_size(gib: float) -> str:
+    """A KV budget for prose: GiB from 1 GiB up, MiB below (``0.005126953125`` -> ``5.25 MiB``)."""
+    return f"{gib:g} GiB" if gib >= 1 else f"{gib * 1024:.3g} MiB"
+
+
 def claim_evidence(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> str:
     """One line for the claims audit: per workload, the largest |hit-rate difference| inside auto's measured knee
     and the largest fp8 gain beyond it, with the setting."""
@@ -1008,7 +1045,7 @@ def claim_evidence(s: dict[str, Any], base: str = "auto", other: str = "fp8") ->
                 f"{gain[f'{other}_hit_rate']:.1%}"
             )
         parts.append(txt)
-    return (f"{s['model']} on {s['device']}, {s['kv_cache_gib']} GiB KV: " + "; ".join(parts)) if parts else ""
+    return (f"{s['model']} on {s['device']}, {_kv_size(s['kv_cache_gib'])} KV: " + "; ".join(parts)) if parts else ""
 
 
 def _records(df: Any) -> list[dict[str, Any]]:
@@ -1053,7 +1090,7 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
     """Headline bullets from a :func:`summary`."""
     out = []
     setting = (
-        f"{s['model']} on {s['device']} (vLLM {s['vllm_version']}, {s['kv_cache_gib']} GiB of KV per engine, "
+        f"{s['model']} on {s['device']} (vLLM {s['vllm_version']}, {_kv_size(s['kv_cache_gib'])} of KV per engine, "
         f"blocks of {s['block_size']} tokens, {s['max_in_flight']} requests in flight, {s['trials']} paired "
         f"trials, {s['prompt_source']} prompts)"
     )
@@ -1075,8 +1112,13 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         meas = (
             "not measured"
             if k["measured_last_held"] is None and k["measured_first_fallen"] is None
-            else f"holds to N={k['measured_last_held']}, falls from "
-            + (f"N={k['measured_first_fallen']}" if k["measured_first_fallen"] else "no swept N")
+            else (
+                f"holds to N={k['measured_last_held']:.0f}"
+                if k["measured_last_held"] is not None
+                else "holds at no swept N"
+            )
+            + ", falls from "
+            + (f"N={k['measured_first_fallen']:.0f}" if k["measured_first_fallen"] else "no swept N")
         )
         out.append(
             f"{k['workload']} / {k['kv_dtype']}: predicted knee N={k['knee_simulated']} (replay; formula "
@@ -1106,6 +1148,13 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
             f"{w}: largest {other} gain beyond {base}'s knee at N={g['n_active']:.0f}: hit rate "
             f"{g[f'{base}_hit_rate']:.1%} -> {g[f'{other}_hit_rate']:.1%} ({g['dhit_pp']:+.1f} pp{ci}){tt}."
         )
+    n_turns, n_full = s.get("counter_turns", 0), s.get("counter_turns_complete", 0)
+    if n_full < n_turns:
+        out.append(
+            f"vLLM's prefix-cache counters missed steps in {n_turns - n_full} of {n_turns} turns (vLLM records a "
+            "step's scheduler stats only when it returned outputs); those turns' hits are the per-request "
+            "`num_cached_tokens` vLLM returned, which equal the counters wherever the counters are complete."
+        )
     if s.get("ttft_min_detectable_pct") is not None:
         out.append(
             f"The smallest TTFT change these trials resolve is about {s['ttft_min_detectable_pct']:.1f}% "
@@ -1125,8 +1174,10 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
             + (
                 "hit and cold outputs identical (tokens and logprobs)."
                 if same
-                else f"{c['tokens_equal']:.0%} identical greedy sequences, first divergence at token "
-                f"{c['first_divergence']}, max |dlogprob| {c['max_abs_dlogprob']:.2e}."
+                else f"{c['tokens_equal']:.0%} identical greedy sequences; the earliest divergence at output token "
+                + (f"{c['first_divergence']:.0f}" if c.get("first_divergence") is not None else "n/a")
+                + f" (0-based); the chosen tokens' logprobs up to it differ by at most {c['max_abs_dlogprob']:.3f} "
+                "nats."
             )
         )
     v = s["claim_verdict"]

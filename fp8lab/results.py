@@ -133,6 +133,47 @@ STORE_ONLY_ENV = "FP8LAB_STORE_ONLY"
 PROVENANCE_KEYS = ("device", "vllm", "torch", "driver", "date_utc", "fp8lab_commit")
 
 
+def store_only() -> bool:
+    """True while re-rendering reports from committed stores (``$FP8LAB_STORE_ONLY``): nothing may start an engine."""
+    return bool(os.environ.get(STORE_ONLY_ENV))
+
+
+#: Descriptor keys that name where a run was measured rather than what was measured.
+VERSION_KEYS = ("vllm", "torch")
+
+
+def stored_elsewhere(run_dir: Path, descriptor: dict[str, Any], done: str = "complete.json") -> Path | None:
+    """For a re-render only (:func:`store_only`): the stored run beside ``run_dir`` whose ``spec.json`` equals
+    ``descriptor`` in everything but :data:`VERSION_KEYS`, i.e. the same study measured under another vLLM (the
+    H200's 0.26.0 re-rendered on the CPU's 0.32.0). Finished runs (``done`` present) first; ``None`` if none.
+    The loaded run's own provenance still names its vLLM, so the page says where its numbers come from."""
+    def strip(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if k not in VERSION_KEYS}
+
+    want = json.dumps(strip(json.loads(json.dumps(descriptor, default=str))), sort_keys=True)
+    found = []
+    for f in sorted(run_dir.parent.glob("*/spec.json")):
+        try:
+            have = json.dumps(strip(json.loads(f.read_text())), sort_keys=True)
+        except (OSError, ValueError):
+            continue
+        if have == want:
+            found.append(f.parent)
+    found.sort(key=lambda d: not (d / done).exists())
+    return found[0] if found else None
+
+
+def store_miss(spec: EngineSpec, run_dir: Path) -> EngineResult:
+    """The ``error`` result of a run a re-render (:func:`store_only`) needs but the store lacks: no engine starts."""
+    import pandas as pd
+
+    res = EngineResult(status="error", error=f"not in the results store ({run_dir}); ${STORE_ONLY_ENV} is set, so "
+                       "no engine was started", engine={}, records=pd.DataFrame(), samples=pd.DataFrame(),
+                       phases={}, provenance={}, spec=spec, run_dir=run_dir)
+    note_run(run_dir, {}, res.status)
+    return res
+
+
 def note_run(run_dir: Path | str, provenance: dict[str, Any] | None, status: str | None = None) -> None:
     """Append ``run_dir`` and its provenance to ``$FP8LAB_RUNS_LOG`` when set (a no-op otherwise)."""
     log = os.environ.get(RUNS_LOG_ENV)
@@ -228,17 +269,10 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     skipped = unsupported_result(spec)  # not run here and not stored: the device lacks the kernel (capability.py)
     if skipped is not None:
         return skipped
-    if os.environ.get(STORE_ONLY_ENV):  # re-rendering reports from committed stores: never start an engine
-        import pandas as pd
-
+    if store_only():  # re-rendering reports from committed stores: never start an engine
         if (rd / "engine.json").exists():  # a stored failure (error, timeout) is shown as it was, not retried
             return load(rd, spec)
-
-        res = EngineResult(status="error", error=f"not in the results store ({rd}); ${STORE_ONLY_ENV} is set, so "
-                           "no engine was started", engine={}, records=pd.DataFrame(), samples=pd.DataFrame(),
-                           phases={}, provenance={}, spec=spec, run_dir=rd)
-        note_run(rd, {}, res.status)
-        return res
+        return store_miss(spec, rd)
     with run_lock(rd):
         if not force and _final(rd):  # another process finished it while this one waited
             return load(rd, spec)

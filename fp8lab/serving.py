@@ -564,6 +564,14 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
         if progress:
             print(f"paired study: {len(out)} stored trials loaded ({rdirs[(0, plan.baseline)].parent})", flush=True)
         return out
+    if results.store_only():  # re-rendering from committed stores: what is stored, and no engine for the rest
+        out = []
+        for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials)):
+            rd = rdirs[(t, d)]
+            res = (results.load(rd, plan.spec_for(d)) if (rd / "engine.json").exists()
+                   else results.store_miss(plan.spec_for(d), rd))
+            out.append({"trial": t, "kv_dtype": d, "order": i, "result": res})
+        return out
     work = runs_dir() / study / f"paired-{spec_hash(design)}"
     work.mkdir(parents=True, exist_ok=True)
     (work / "design.json").write_text(json.dumps(design, indent=2, default=str))
@@ -1474,7 +1482,6 @@ def run_vllm_bench(spec: EngineSpec, input_len: int, output_len: int, num_prompt
     does not start, vllm-notes section 8; this is the same code). Returns its JSON (``elapsed_time``,
     ``num_requests``, ``total_num_tokens``, ``tokens_per_second``) plus ``status``, ``log`` path and
     ``wall_s``."""
-    import os
 
     wd = Path(work_dir or tempfile.mkdtemp(prefix="fp8lab-bench-"))
     wd.mkdir(parents=True, exist_ok=True)
@@ -1574,7 +1581,7 @@ def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompt
                 if progress:
                     print(f"fidelity round {r} {who}: ok (stored), {rows[-1]['tokens_per_second']:.1f} tok/s", flush=True)
                 continue
-            if os.environ.get(results.STORE_ONLY_ENV):  # re-rendering from committed stores: never start an engine
+            if results.store_only():  # re-rendering from committed stores: never start an engine
                 out = {"status": "error", "error": f"not in the fidelity store ({kept}); ${results.STORE_ONLY_ENV} "
                        "is set, so nothing is run"}
             elif who == "bench":

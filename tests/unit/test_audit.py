@@ -781,7 +781,7 @@ COMMITTED_H200 = {
     "13b": REFUTED,
     "14": NOT_TESTABLE,
     "15": REFUTED,
-    "16": NOT_TESTABLE,
+    "16": REFUTED,
     "17": NOT_TESTABLE,
     "18": REFUTED,
     "19": REFUTED,
@@ -823,6 +823,10 @@ def test_the_committed_reports_verdicts():
     assert rows["10"]["details"]["h200"]["means"]["e4m3/tensor"] == pytest.approx(0.00384, abs=1e-5)
     assert rows["11a"]["details"]["h200"]["good"]["fp8+large-attn_head"] == pytest.approx(0.9917, abs=1e-4)
     assert not [r for r in rows.values() if r["verdict"] == REFUTED and r["basis"] == audit.CPU_EVIDENCE]
+    # Study 07 on the H200 (2026-12-01): equal hit rates while auto's cache holds the working set, fp8 ahead beyond
+    assert rows["16"]["by_report"]["h200"] == REFUTED and rows["16"]["basis"] == "GPU evidence"
+    assert "[h200] qwen3-8b on NVIDIA H200, 4 GiB KV: chat: |fp8 - auto| <= 0.0 pp while auto holds; beyond auto's " \
+        "knee, N=64: 10.9% -> 51.0%" in rows["16"]["measured"]
 
 
 def test_the_cpu_report_alone_decides_only_what_a_cpu_can():

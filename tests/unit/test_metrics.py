@@ -305,6 +305,35 @@ def test_run_study_order_and_frames(fake_study):
     assert again == [] and len(res2.records) == len(res.records)
 
 
+def test_a_store_only_rerender_of_the_paired_design_starts_no_engine(engine, tmp_path, monkeypatch):
+    """$FP8LAB_STORE_ONLY (re-rendering committed reports): the trials the store has are loaded, a missing one
+    is an ``error`` result naming the store, and no engine is started for it."""
+    monkeypatch.setenv("FP8LAB_RUNS", str(tmp_path / "runs"))
+    plan = _plan(engine, capacity_factors=(0.5,))
+    calls = []
+    full = serving.run_study(plan, progress=False, engine_factory=lambda spec, log: _FakeEngine(spec, log, calls))
+    assert len(full.engines) == 6 and calls
+    monkeypatch.setenv("FP8LAB_STORE_ONLY", "1")
+    started = []
+
+    def factory(spec, log):
+        started.append(spec.kv_cache_dtype)
+        return _FakeEngine(spec, log, [])
+
+    again = serving.run_study(plan, progress=False, engine_factory=factory)  # everything stored: loaded
+    assert started == [] and len(again.records) == len(full.records)
+    gone = sorted((tmp_path / "runs").glob("*/*/engine.json"))
+    assert len(gone) == 6
+    import shutil
+
+    shutil.rmtree(gone[0].parent)  # one trial's run lost
+    part = serving.run_study(plan, progress=False, engine_factory=factory)
+    assert started == []
+    bad = part.engines[part.engines.status != "ok"]
+    assert len(bad) == 1 and "FP8LAB_STORE_ONLY is set, so no engine was started" in bad.error.iloc[0]
+    assert not list((tmp_path / "runs").glob("*/paired-*"))  # no progress folder: nothing was to be measured
+
+
 def test_capacity_tables(fake_study):
     res, _ = fake_study
     cap = serving.capacity_table(res).set_index("kv_dtype")

@@ -3,6 +3,7 @@ the hit-rate / TTFT analysis on constructed rows, the spec's errors, and the H20
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
@@ -115,6 +116,26 @@ def test_cell_table_sums_turns():
     assert (r.queries, r.hits) == (100, 70) and r.hit_rate == pytest.approx(0.7)
     assert r.ttft_mean_ms == pytest.approx(80.0) and r.ttft_followup_ms == pytest.approx(80.0)
     assert r.output_tok_s == pytest.approx(240 / 4.0)  # 2 turns x 120 tokens / 2 x 2 s
+
+
+def test_cell_table_falls_back_to_per_request_counts_where_the_counters_missed_steps():
+    """vLLM 0.26 dropped the scheduler stats of steps without outputs (the H200 run of the shipped model): a turn
+    whose counters saw fewer prompt tokens than were sent takes its hits from ``num_cached_tokens``."""
+    rows = _rows()
+    rows["prompt_tokens"] = rows.queries
+    sel = (rows.n_active == 8) & (rows.trial == 0) & (rows.kv_dtype == "fp8") & (rows.turn == 1)
+    rows.loc[sel, ["queries", "hits"]] = (0, 0)  # the whole turn's counts lost
+    c = px.cell_table(rows)
+    r = c[(c.n_active == 8) & (c.trial == 0) & (c.kv_dtype == "fp8")].iloc[0]
+    assert (r.queries, r.hits) == (100, 70) and r.hit_rate == pytest.approx(0.7)
+    assert (r.counter_turns, r.counter_turns_complete) == (2, 1)
+    assert c.counter_turns_complete.sum() == c.counter_turns.sum() - 1
+    # a complete turn keeps the counters' own figures, even where num_cached_tokens says otherwise
+    rows2 = _rows()
+    rows2["prompt_tokens"] = rows2.queries
+    rows2["cached_tokens"] = 0
+    r2 = px.cell_table(rows2).query("n_active == 8 and trial == 0 and kv_dtype == 'fp8'").iloc[0]
+    assert r2.hits == 70 and r2.counter_turns_complete == 2
 
 
 def test_sweep_table_paired_intervals_by_hand():
@@ -250,6 +271,7 @@ def test_fp8_that_cannot_start_leaves_auto_alone_in_summary_and_verdict(tmp_path
                         "trial": t,
                         "kv_dtype": "auto",
                         **r,
+                        "prompt_tokens": r["queries"],
                         "cached_tokens": r["hits"],
                         "requests": n,
                         "ttft_mean_s": 0.01 * (turn + 1),
@@ -259,6 +281,8 @@ def test_fp8_that_cannot_start_leaves_auto_alone_in_summary_and_verdict(tmp_path
                         "kv_usage_max": 0.9,
                     }
                 )
+    lost = next(r for r in rows if (r["n_active"], r["trial"], r["turn"]) == (8, 1, 2))
+    lost.update(queries=0, hits=0)  # the engine's counters missed this turn; num_cached_tokens did not
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = px.load(tmp_path)
     assert run.ok_dtypes() == ["auto"] and run.missing_cells() == []
@@ -270,7 +294,40 @@ def test_fp8_that_cannot_start_leaves_auto_alone_in_summary_and_verdict(tmp_path
     assert k[("chat", "fp8")]["measured_last_held"] is None
     lines = px.verdict(s)
     assert lines[0].startswith("Not measured: `fp8` (NotImplementedError: FP8 KV cache on CPU requires")
+    assert "chat / auto: predicted knee N=" in lines[2] and "measured: holds to N=2, falls from N=8 (prediction inside" in lines[2]
+    assert (s["counter_turns"], s["counter_turns_complete"]) == (12, 11)
+    assert any(ln.startswith("vLLM's prefix-cache counters missed steps in 1 of 12 turns") for ln in lines)
     assert any("**not measured**" in ln for ln in lines)
+
+
+def test_a_store_only_rerender_loads_a_run_measured_under_another_vllm_and_starts_nothing(tmp_path, monkeypatch):
+    """The H200's runs (vLLM 0.26.0) re-rendered on the CPU (0.32.0): the descriptor's version differs, so the
+    hash does; with $FP8LAB_STORE_ONLY the run of the same spec is found and loaded, its provenance noted for the
+    report, and a spec the store lacks comes back as an error with nothing started or written."""
+    import json
+
+    spec = px.PrefixSpec(model=TINY, workloads=[["chat", 0, 0, 96, 16, 3]], active=[2], trials=2,
+                         kv_cache_gib=0.005859375, block_size=32, max_model_len=1024, correctness_prompts=0)
+    desc = spec.descriptor()
+    other = {**desc, "vllm": "0.26.0" if desc["vllm"] != "0.26.0" else "0.25.0"}
+    kept = tmp_path / px.STUDY / "measuredelsewhere"
+    kept.mkdir(parents=True)
+    (kept / "spec.json").write_text(json.dumps(other))
+    prov = {"device": "NVIDIA H200", "vllm": other["vllm"]}
+    (kept / "engines.json").write_text(json.dumps({"provenance": prov, "engines": {
+        d: {"status": "ok", "num_blocks": 64, "block_size": 32} for d in ("auto", "fp8")}}))
+    (kept / "complete.json").write_text("{}")
+    monkeypatch.setenv("FP8LAB_STORE_ONLY", "1")
+    log = tmp_path / "runs.log"
+    monkeypatch.setenv("FP8LAB_RUNS_LOG", str(log))
+    run = px.run_prefix(spec, root=tmp_path)
+    assert run.run_dir == kept and run.complete and run.ok_dtypes() == ["auto", "fp8"]
+    assert json.loads(log.read_text().splitlines()[0])["device"] == "NVIDIA H200"
+    assert sorted(p.name for p in (tmp_path / px.STUDY).iterdir()) == ["measuredelsewhere"]
+    missing = px.run_prefix(dataclasses.replace(spec, trials=3), root=tmp_path)
+    assert not missing.complete and missing.ok_dtypes() == []
+    assert "FP8LAB_STORE_ONLY is set, so no engine was started" in missing.engines["fp8"]["error"]
+    assert sorted(p.name for p in (tmp_path / px.STUDY).iterdir()) == ["measuredelsewhere"]
 
 
 def test_turn_prompt_is_the_conversation_so_far_plus_the_last_answer_and_a_new_message():
@@ -282,3 +339,22 @@ def test_turn_prompt_is_the_conversation_so_far_plus_the_last_answer_and_a_new_m
     assert _prompt(conv, answers, 2) == [1, 2, 3, 10, 11, 100, 101, 20, 21, 200, 201, 30, 31]
     s = px.Shape("json", 2, 1, 2, 2, 3)
     assert len(_prompt(conv, answers, 2)) == s.prompt_len(2)
+
+
+def test_verdict_states_a_hit_vs_cold_divergence_with_its_size():
+    """The H200's bf16 engine on the shipped model: 15 of 16 repeated prompts identical, one diverging at output
+    token 6; the line gives the share, the token as an integer and the largest logprob difference before it."""
+    s = {"model": "fp8lab-tiny-qwen3", "device": "NVIDIA H200", "vllm_version": "0.26.0", "kv_cache_gib": 0.005,
+         "block_size": 16, "max_in_flight": 4, "trials": 3, "prompt_source": "text", "engine_errors": {},
+         "num_blocks": {"auto": 112}, "num_blocks_formula": {"auto": 112}, "knees": [], "claim_verdict": "refuted",
+         "correctness": [{"kv_dtype": "auto", "kind": "hit_repeat", "prompts": 16, "tokens_equal": 0.9375,
+                          "first_divergence": 6.0, "max_abs_dlogprob": 0.0967, "cached_tokens_min": 304},
+                         {"kv_dtype": "fp8", "kind": "hit_repeat", "prompts": 16, "tokens_equal": 1.0,
+                          "first_divergence": None, "max_abs_dlogprob": 0.0, "cached_tokens_min": 304}]}
+    lines = px.verdict(s)
+    assert "(vLLM 0.26.0, 5.12 MiB of KV per engine, blocks of 16 tokens" in lines[0]
+    assert ("Correctness auto (hit_repeat, 16 prompts, >= 304 cached tokens): 94% identical greedy sequences; the "
+            "earliest divergence at output token 6 (0-based); the chosen tokens' logprobs up to it differ by at most "
+            "0.097 nats.") in lines
+    assert ("Correctness fp8 (hit_repeat, 16 prompts, >= 304 cached tokens): hit and cold outputs identical "
+            "(tokens and logprobs).") in lines
