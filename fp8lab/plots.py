@@ -16,6 +16,7 @@ KV_PALETTE = {
 
 
 def _sns():
+    """pyplot and seaborn with fp8lab's one plot theme (every ``plots*`` module draws through this)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 

@@ -7,15 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fp8lab.plots import _sns
+
 STRATEGY_COLORS = {"tensor": "#4C72B0", "attn_head": "#DD8452"}
-
-
-def _sns():
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="notebook")
-    return plt, sns
 
 
 def scale_heatmaps(scales: Any, names: Sequence[str], fmt: str = "e4m3", strategy: str = "attn_head") -> Any:

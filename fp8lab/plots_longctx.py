@@ -8,17 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from fp8lab.plots import KV_PALETTE
+from fp8lab.plots import KV_PALETTE, _sns
 
 _OUTCOME_MARKER = {"held": "o", "ok": "o", "preempted": "X", "serialized": "s"}
-
-
-def _sns():
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="notebook")
-    return plt, sns
 
 
 def _color(d: str) -> str:

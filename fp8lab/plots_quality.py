@@ -6,17 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fp8lab.plots import KV_PALETTE
+from fp8lab.plots import KV_PALETTE, _sns
 
 _EXTRA = ["#55A868", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD"]
-
-
-def _sns():
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="notebook")
-    return plt, sns
 
 
 def palette(labels: Sequence[str]) -> dict[str, str]:

@@ -9,15 +9,7 @@ from typing import Any
 import numpy as np
 
 from fp8lab.metrics import ecdf
-from fp8lab.plots import KV_PALETTE
-
-
-def _sns():
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="notebook")
-    return plt, sns
+from fp8lab.plots import KV_PALETTE, _sns
 
 
 def _palette(values: Any) -> dict[str, str]:

@@ -1151,8 +1151,9 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
     n_turns, n_full = s.get("counter_turns", 0), s.get("counter_turns_complete", 0)
     if n_full < n_turns:
         out.append(
-            f"vLLM's prefix-cache counters missed steps in {n_turns - n_full} of {n_turns} turns (vLLM records a "
-            "step's scheduler stats only when it returned outputs); those turns' hits are the per-request "
+            f"vLLM's prefix-cache counters missed steps in {n_turns - n_full} of {n_turns} turns (the likely cause: "
+            "vLLM 0.26 records a step's scheduler stats only when the step returned outputs); those turns' hits are "
+            "the per-request "
             "`num_cached_tokens` vLLM returned, which equal the counters wherever the counters are complete."
         )
     if s.get("ttft_min_detectable_pct") is not None:

@@ -74,7 +74,28 @@ def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Any]:
         for key in ("params", "notebooks"):
             if prof.get(key) is not None and not isinstance(prof[key], dict):
                 raise SpecError("Profile", f"{name}.{key}", prof[key], "a mapping of NAME: value")
-    return data
+    return {name: _extended(name, data) for name in data}
+
+
+def _extended(name: str, data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Profile ``name`` with its ``extends: BASE`` resolved: the base's ``params`` and each of its notebook entries,
+    updated by this profile's own (a notebook entry merges name by name; a value here replaces the base's)."""
+    prof = data[name]
+    base_name = prof.get("extends")
+    if base_name is None:
+        return prof
+    if base_name not in data or base_name == name:
+        raise SpecError("Profile", f"{name}.extends", base_name, "the name of another profile: " + " | ".join(
+            n for n in data if n != name))
+    if base_name in seen:
+        raise SpecError("Profile", f"{name}.extends", base_name, "a chain without a cycle (" + " -> ".join(
+            (*seen, name, base_name)) + ")")
+    base = _extended(base_name, data, (*seen, name))
+    notebooks = {k: dict(v or {}) for k, v in (base.get("notebooks") or {}).items()}
+    for nb, over in (prof.get("notebooks") or {}).items():
+        notebooks[nb] = {**notebooks.get(nb, {}), **(over or {})}
+    return {**base, **prof, "params": {**(base.get("params") or {}), **(prof.get("params") or {})},
+            "notebooks": notebooks, "extends": base_name}
 
 
 def load_profile(name: str, path: Path = PROFILES_FILE) -> dict[str, Any]:

@@ -26,6 +26,33 @@ def test_profiles_have_cpu_and_h200():
         load_profile("nope")
 
 
+def test_a_profile_extends_another(tmp_path):
+    """``extends: BASE``: the base's params and notebook entries, updated name by name by the profile's own, through
+    a chain; an unknown base or a cycle is a SpecError naming the field."""
+    f = tmp_path / "profiles.yaml"
+    f.write_text(
+        "base:\n  params: {MODEL: m, KV_CACHE_GIB: 1.0}\n"
+        "  notebooks:\n    01_x: {TRIALS: 5, CONCURRENCY: [1, 16]}\n    02_y: {SAMPLES: 512}\n"
+        "quick:\n  extends: base\n  description: fast\n  params: {KV_CACHE_GIB: 0.5}\n"
+        "  notebooks:\n    01_x: {TRIALS: 3}\n    03_z: {N: 1}\n"
+        "quicker:\n  extends: quick\n  notebooks:\n    01_x: {CONCURRENCY: [1]}\n"
+    )
+    p = load_profiles(f)
+    assert p["base"] == {"params": {"MODEL": "m", "KV_CACHE_GIB": 1.0},
+                         "notebooks": {"01_x": {"TRIALS": 5, "CONCURRENCY": [1, 16]}, "02_y": {"SAMPLES": 512}}}
+    assert p["quick"]["params"] == {"MODEL": "m", "KV_CACHE_GIB": 0.5} and p["quick"]["description"] == "fast"
+    assert p["quick"]["notebooks"] == {"01_x": {"TRIALS": 3, "CONCURRENCY": [1, 16]}, "02_y": {"SAMPLES": 512},
+                                       "03_z": {"N": 1}}
+    assert p["quicker"]["notebooks"]["01_x"] == {"TRIALS": 3, "CONCURRENCY": [1]}
+    assert p["quicker"]["params"]["KV_CACHE_GIB"] == 0.5
+    f.write_text("a:\n  extends: nope\n")
+    with pytest.raises(SpecError, match="Profile.a.extends = 'nope': the name of another profile"):
+        load_profiles(f)
+    f.write_text("a:\n  extends: b\nb:\n  extends: a\n")
+    with pytest.raises(SpecError, match="a chain without a cycle"):
+        load_profiles(f)
+
+
 def test_notebook_selection_by_prefix_and_errors():
     everything = list_notebooks()
     # in name order, the claims audit last: it reads the other notebooks' summaries
