@@ -5,7 +5,7 @@
 ``setup``: ``bash scripts/setup_cpu.sh`` in a fresh ``git clone`` of this checkout's HEAD (no ``.venv`` yet);
 ``main``: the main job after setup, ``bash scripts/report_cpu.sh <clone>/out/cpu-tiny``; ``suite``: the README's
 test command after setup, ``bash scripts/test.sh`` (what CI runs). With no part named, all three, in that order
-(``main`` and ``suite`` run setup first when it was not asked for, untimed). Each part's wall time, exit status,
+(``main`` and ``suite`` run setup first when it was not asked for, untimed); parts run in the order given. Each part's wall time, exit status,
 the date, the commit and the machine (cores, memory, CPU model, and whether it has the CPU FP8 KV kernel's
 AVX-512/AMX) go to ``reports/bench/front_door.jsonl`` (one line per part, appended) and into the
 README's table between ``<!-- bench:start -->`` and ``<!-- bench:end -->`` (the latest line per part). The clone
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "setup" not in parts:
             subprocess.check_call(["bash", "scripts/setup_cpu.sh"], cwd=clone, stdout=subprocess.DEVNULL)
-        for p in [x for x in PARTS if x in parts]:
+        for p in dict.fromkeys(parts):  # in the order given
             r = {**run_part(p, clone, log_dir), "commit": commit, "machine": mach,
                  "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "python": sys.version.split()[0]}
             rc_all = rc_all or r["rc"]
