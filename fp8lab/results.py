@@ -163,8 +163,11 @@ def stored_elsewhere(run_dir: Path, descriptor: dict[str, Any], done: str = "com
     return found[0] if found else None
 
 
-def store_miss(spec: EngineSpec, run_dir: Path) -> EngineResult:
-    """The ``error`` result of a run a re-render (:func:`store_only`) needs but the store lacks: no engine starts."""
+def from_store(spec: EngineSpec, run_dir: Path) -> EngineResult:
+    """For a re-render (:func:`store_only`): the stored run in ``run_dir`` (a stored failure shown as it was, not
+    retried), or the ``error`` result of a run the store lacks. No engine starts either way."""
+    if (run_dir / "engine.json").exists():
+        return load(run_dir, spec)
     import pandas as pd
 
     res = EngineResult(status="error", error=f"not in the results store ({run_dir}); ${STORE_ONLY_ENV} is set, so "
@@ -270,9 +273,7 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     if skipped is not None:
         return skipped
     if store_only():  # re-rendering reports from committed stores: never start an engine
-        if (rd / "engine.json").exists():  # a stored failure (error, timeout) is shown as it was, not retried
-            return load(rd, spec)
-        return store_miss(spec, rd)
+        return from_store(spec, rd)
     with run_lock(rd):
         if not force and _final(rd):  # another process finished it while this one waited
             return load(rd, spec)

@@ -565,13 +565,8 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
             print(f"paired study: {len(out)} stored trials loaded ({rdirs[(0, plan.baseline)].parent})", flush=True)
         return out
     if results.store_only():  # re-rendering from committed stores: what is stored, and no engine for the rest
-        out = []
-        for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials)):
-            rd = rdirs[(t, d)]
-            res = (results.load(rd, plan.spec_for(d)) if (rd / "engine.json").exists()
-                   else results.store_miss(plan.spec_for(d), rd))
-            out.append({"trial": t, "kv_dtype": d, "order": i, "result": res})
-        return out
+        return [{"trial": t, "kv_dtype": d, "order": i, "result": results.from_store(plan.spec_for(d), rdirs[(t, d)])}
+                for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials))]
     work = runs_dir() / study / f"paired-{spec_hash(design)}"
     work.mkdir(parents=True, exist_ok=True)
     (work / "design.json").write_text(json.dumps(design, indent=2, default=str))
@@ -1482,7 +1477,6 @@ def run_vllm_bench(spec: EngineSpec, input_len: int, output_len: int, num_prompt
     does not start, vllm-notes section 8; this is the same code). Returns its JSON (``elapsed_time``,
     ``num_requests``, ``total_num_tokens``, ``tokens_per_second``) plus ``status``, ``log`` path and
     ``wall_s``."""
-
     wd = Path(work_dir or tempfile.mkdtemp(prefix="fp8lab-bench-"))
     wd.mkdir(parents=True, exist_ok=True)
     out_json, log = wd / "bench.json", wd / "bench.log"

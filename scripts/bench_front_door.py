@@ -41,14 +41,17 @@ TARGETS_MIN = {"main": 10.0, "suite": 15.0}  # issue 19's targets on 2 cores
 
 def machine() -> dict[str, Any]:
     """Cores, memory, CPU model and FP8 KV tier of this machine (what the figures depend on)."""
-    cpu = platform.processor() or ""
+    sys.path.insert(0, str(ROOT))  # fp8lab.capability is stdlib-only: the rule the studies use, not a copy
+    from fp8lab.capability import isa_from_flags, parse_cpu_flags
+
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
+        cpuinfo = ""
+    cpu = next((x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")),
+               platform.processor() or "")
+    avx512, amx = isa_from_flags(parse_cpu_flags(cpuinfo))
+    tier = "AMX" if amx else "AVX-512" if avx512 else "no AVX-512/AMX: no FP8 KV kernel"
     mem_gib = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -56,15 +59,6 @@ def machine() -> dict[str, Any]:
                 mem_gib = round(int(line.split()[1]) / 2**20, 1)
     except OSError:
         pass
-    flags: set[str] = set()
-    try:
-        flags = next((set(x.split(":", 1)[1].split()) for x in Path("/proc/cpuinfo").read_text().splitlines()
-                      if x.startswith("flags")), set())
-    except OSError:
-        pass
-    # the CPU FP8 KV kernel's requirement (fp8lab.capability.isa_from_flags): AVX-512 or AMX
-    tier = ("AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags
-            else "AVX2, no FP8 KV kernel" if "avx2" in flags else "unknown ISA")
     return {"cores": os.cpu_count(), "mem_gib": mem_gib, "cpu": cpu, "fp8_tier": tier}
 
 
