@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
 import time
@@ -374,6 +375,40 @@ def capture_amax(model_path: str, seqs: Sequence[Sequence[int]], *, batch_size: 
         out = _capture_amax_here(path, s, batch_size, device, dtype, threads)
     return AmaxCapture(path, out["k_amax"], out["v_amax"], [len(x) for x in s], out["load_s"], out["capture_s"],
                        device, out["dtype"], out["cpu_s"], out["threads"])
+
+
+def capture_path(model_path: str, seqs: Sequence[Sequence[int]], batch_size: int, device: str, dtype: str = "auto",
+                 root: Path | None = None) -> Path:
+    """``<runs>/02_calibration/captures/<hash>.npz``: the hash covers the model, every token id, the batch size,
+    the device and the dtype (what the capture computes from), not the machine it ran on."""
+    h = spec_hash(resolve_model(model_path), [list(map(int, x)) for x in seqs], batch_size, device, dtype)
+    return (root or runs_dir()) / STUDY / "captures" / f"{h}.npz"
+
+
+def stored_capture(model_path: str, seqs: Sequence[Sequence[int]], *, batch_size: int = 32, device: str = "cpu",
+                   dtype: str = "auto", threads: int | None = None, root: Path | None = None) -> AmaxCapture:
+    """:func:`capture_amax` through the results store: a capture stored under :func:`capture_path` is loaded (its
+    amax, lengths and the timings measured when it ran), else it runs and is stored (written whole, then renamed).
+
+    The scale sets, and so the exported model folders and the engine runs named by their hash, come from these
+    amax: a report re-rendered on another machine, whose CPU rounds the capture's forward pass slightly
+    differently, finds the same engine runs only by loading the same captures."""
+    path = capture_path(model_path, seqs, batch_size, device, dtype, root)
+    if path.exists():
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            return AmaxCapture(meta["model"], z["k_amax"], z["v_amax"], [int(n) for n in z["seq_lens"]],
+                               meta["load_s"], meta["capture_s"], meta["device"], meta["dtype"], meta["cpu_s"],
+                               meta["threads"])
+    cap = capture_amax(model_path, seqs, batch_size=batch_size, device=device, dtype=dtype, threads=threads)
+    meta = {"model": cap.model, "load_s": cap.load_s, "capture_s": cap.capture_s, "device": cap.device,
+            "dtype": cap.dtype, "cpu_s": cap.cpu_s, "threads": cap.threads}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
+    np.savez(tmp, k_amax=cap.k_amax, v_amax=cap.v_amax, seq_lens=np.asarray(cap.seq_lens, dtype=np.int64),
+             meta=np.asarray(json.dumps(meta)))
+    os.replace(tmp, path)
+    return cap
 
 
 def capture_heldout(model_path: str, seqs: Sequence[Sequence[int]], threads: int | None = None) -> Any:
@@ -1058,7 +1093,8 @@ class Calibration:
 
 def calibrate(spec: CalibrationSpec, exclude_texts: Sequence[str] = (), reserve_tokens: int = 0,
               progress: bool = True) -> Calibration:
-    """Capture amax for each prompt cut (a) and for the large set (b), timing each.
+    """Capture amax for each prompt cut (a) and for the large set (b), timing each; a capture already in the results
+    store is loaded with the timings it had (:func:`stored_capture`).
 
     ``exclude_texts``/``reserve_tokens``: what the calibration pool leaves out (:func:`calibration_pool`;
     pass Study 03's prompt texts and :func:`quality_reserved_tokens`)."""
@@ -1067,13 +1103,13 @@ def calibrate(spec: CalibrationSpec, exclude_texts: Sequence[str] = (), reserve_
     captures: dict[str, AmaxCapture] = {}
     for n in spec.prompt_tokens:
         ids = prompt_ids(spec.tokenizer, n, spec.calib_prompt)
-        captures[spec.prompt_name(n)] = capture_amax(spec.model, [ids], batch_size=1, device=spec.capture_device,
-                                                     threads=spec.capture_threads)
+        captures[spec.prompt_name(n)] = stored_capture(spec.model, [ids], batch_size=1, device=spec.capture_device,
+                                                       threads=spec.capture_threads)
         if progress:
             c = captures[spec.prompt_name(n)]
             print(f"[{spec.prompt_name(n)}] {c.n_tokens} tokens in {c.capture_s:.3f} s (+{c.load_s:.1f} s load)", flush=True)
-    captures[REFERENCE] = capture_amax(spec.model, samples, batch_size=spec.capture_batch, device=spec.capture_device,
-                                       threads=spec.capture_threads)
+    captures[REFERENCE] = stored_capture(spec.model, samples, batch_size=spec.capture_batch,
+                                         device=spec.capture_device, threads=spec.capture_threads)
     if progress:
         c = captures[REFERENCE]
         print(f"[{REFERENCE}] {c.n_samples} samples, {c.n_tokens} tokens in {c.capture_s:.1f} s "
@@ -1262,7 +1298,7 @@ def headline(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFrame, e
 __all__ = [
     "CALIB_PROMPT", "CLAIM_THRESHOLD", "DYNAMIC_LABEL", "REFERENCE", "STRATEGIES", "VLLM_DYNAMIC_DIVISORS",
     "AmaxCapture", "Calibration", "CalibrationPool", "CalibrationSpec", "ScaleSet", "attention_prefixes",
-    "build_scale_sets", "calibrate", "calibration_pool", "capture_amax", "capture_heldout", "claim_verdict", "convergence_table",
+    "build_scale_sets", "calibrate", "calibration_pool", "capture_amax", "capture_heldout", "capture_path", "stored_capture", "claim_verdict", "convergence_table",
     "default_scale_set", "draw_samples", "export_scale_set", "export_sets", "find_set", "head_reduction_check",
     "headline", "kv_cache_scheme_for", "logprob_vectors", "prompt_ids", "prompt_points", "quality_label", "quality_phases",
     "quality_reserved_tokens", "quality_scale_sets", "quant_error_summary", "quant_error_table", "rel_diff",

@@ -88,7 +88,7 @@ def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple
                  kv_cache_dtype=str(cc.cache_dtype), max_model_len=int(vcfg.model_config.max_model_len),
                  max_num_seqs=int(vcfg.scheduler_config.max_num_seqs),
                  max_num_batched_tokens=int(vcfg.scheduler_config.max_num_batched_tokens),
-                 cuda_graphs=not bool(vcfg.model_config.enforce_eager))
+                 cuda_graphs=not bool(vcfg.model_config.enforce_eager), engine_core=devices.engine_core_layout())
     facts["kv_capacity_tokens"] = facts["num_blocks"] * facts["block_size"]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -203,12 +203,8 @@ def worker_main(specs: list[dict[str, Any]], plan: dict[str, Any], out_dir: str,
 
 
 def entry(log_path: str, env: dict[str, str], specs: list[dict[str, Any]], plan: dict[str, Any], out_dir: str) -> None:
-    """Spawn target: this process's (and its children's) stdout/stderr go to ``log_path``; ``env`` is set
-    before vLLM is imported (``CUDA_VISIBLE_DEVICES`` of this worker's GPUs)."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the spec's kv_cache_gib is the one budget
-    os.environ.update({k: str(v) for k, v in env.items()})
+    """Spawn target: :func:`fp8lab.engine_worker.prepare_worker` (log, environment), then the worker."""
+    from fp8lab.engine_worker import prepare_worker
+
+    prepare_worker(log_path, env)
     worker_main(specs, plan, out_dir, log_path)

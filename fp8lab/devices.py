@@ -28,6 +28,33 @@ def _nvml():
     return None
 
 
+#: Set by the user to keep vLLM's own process layout on a CPU as well (any non-empty value).
+DEFAULT_LAYOUT_ENV = "FP8LAB_VLLM_PROCESSES"
+
+
+def engine_env() -> dict[str, str]:
+    """Environment for a worker process about to build vLLM engines on this machine.
+
+    On a CPU (no NVIDIA device), ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: an ``LLM`` engine's core then runs in
+    the worker itself and its model executor in the core, instead of two more spawned processes that each
+    import vLLM again (about 20 of a 30 s engine start on 2 cores; an ``AsyncLLM`` keeps its core process and
+    drops the executor's). The model runs the same way either way: one OpenMP thread bound to a core (vLLM's
+    CPU worker reserves the other core for the front end). On a GPU nothing is set: vLLM's defaults, as every
+    GPU record was measured. A variable already in the environment is kept, and ``$FP8LAB_VLLM_PROCESSES``
+    keeps vLLM's default layout on a CPU too. Engine records say which layout ran (``engine_core``).
+    """
+    if os.environ.get(DEFAULT_LAYOUT_ENV) or _nvml() is not None:
+        return {}
+    return {k: v for k, v in {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items() if k not in os.environ}
+
+
+def engine_core_layout() -> str:
+    """``in_process`` when vLLM's ``LLM`` runs its engine core in the calling process (the environment's
+    ``VLLM_ENABLE_V1_MULTIPROCESSING`` is 0), else ``process`` (vLLM's default)."""
+    return "in_process" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1").strip() in ("0", "false", "False") \
+        else "process"
+
+
 def _visible_gpu_indices(n: int, nv: Any = None) -> list[int]:
     """NVML indices of the first ``n`` devices in ``CUDA_VISIBLE_DEVICES`` (indices or ``GPU-...`` UUIDs)."""
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")

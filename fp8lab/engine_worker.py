@@ -359,6 +359,7 @@ def engine_facts(vcfg: Any, mem: devices.MemoryProbe) -> dict[str, Any]:
     e["hybrid_kv_cache_manager"] = not bool(getattr(vcfg.scheduler_config, "disable_hybrid_kv_cache_manager", False))
     e["kv_cache_size_tokens_vllm"] = getattr(cc, "kv_cache_size_tokens", None)
     e["cuda_graphs"] = not bool(vcfg.model_config.enforce_eager)
+    e["engine_core"] = devices.engine_core_layout()
     e["mem_after_start_bytes"] = mem.used_bytes()
     e["mem_per_device_after_start_bytes"] = mem.per_device_used()  # one entry per GPU of the run
     return e
@@ -468,18 +469,24 @@ def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="fp8lab-parent-watch", daemon=True).start()
 
 
-def entry(log_path: str, spec: dict[str, Any], phases: list[dict[str, Any]], options: dict[str, Any],
-          result_path: str) -> None:
-    """Spawn target: send this process's (and its children's) stdout/stderr to ``log_path``."""
-    if hasattr(os, "setpgrp"):
-        os.setpgrp()  # so the caller can kill the whole engine tree by process group
-        _die_with_parent(os.getppid())
+def prepare_worker(log_path: str, env: dict[str, Any]) -> None:
+    """First steps of every spawned engine worker, before vLLM is imported: this process's (and its children's)
+    stdout/stderr go to ``log_path``; the spec's ``kv_cache_gib`` is the one KV budget (``VLLM_CPU_KVCACHE_SPACE``
+    dropped); :func:`fp8lab.devices.engine_env` (vLLM's process layout on a CPU), then ``env`` on top."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    for var in ("VLLM_CPU_KVCACHE_SPACE",):  # the spec's kv_cache_gib is the one budget
-        os.environ.pop(var, None)
-    for k, v in options.get("env", {}).items():
-        os.environ[k] = str(v)
+    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    os.environ.update(devices.engine_env())
+    os.environ.update({k: str(v) for k, v in env.items()})
+
+
+def entry(log_path: str, spec: dict[str, Any], phases: list[dict[str, Any]], options: dict[str, Any],
+          result_path: str) -> None:
+    """Spawn target: :func:`prepare_worker`, then one engine runs every phase."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()  # so the caller can kill the whole engine tree by process group
+        _die_with_parent(os.getppid())
+    prepare_worker(log_path, options.get("env", {}))
     worker_main(spec, phases, options, result_path)

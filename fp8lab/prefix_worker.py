@@ -209,7 +209,8 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
     rows_path, corr_path, eng_path = out / "rows.jsonl", out / "correctness.jsonl", out / "engines.json"
     spec = px.PrefixSpec(**{**spec_d, "workloads": [px.Shape(**w) for w in spec_d["workloads"]]})
     prev = json.loads(eng_path.read_text()) if eng_path.exists() else {}
-    engines: dict[str, Any] = {"provenance": devices.provenance(seed=spec.seed), "engines": prev.get("engines", {})}
+    engines: dict[str, Any] = {"provenance": devices.provenance(seed=spec.seed), "engines": prev.get("engines", {}),
+                               "engine_core": devices.engine_core_layout()}
 
     def save() -> None:
         tmp = eng_path.with_suffix(".tmp")
@@ -312,12 +313,8 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
 
 
 def entry(log_path: str, env: dict[str, str], spec_d: dict[str, Any], out_dir: str) -> None:
-    """Spawn target: this process's (and its children's) stdout/stderr go to ``log_path``; ``env`` is set before
-    vLLM is imported."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the spec's kv_cache_gib is the one budget
-    os.environ.update({k: str(v) for k, v in env.items()})
+    """Spawn target: :func:`fp8lab.engine_worker.prepare_worker` (log, environment), then the worker."""
+    from fp8lab.engine_worker import prepare_worker
+
+    prepare_worker(log_path, env)
     worker_main(spec_d, out_dir, log_path)

@@ -1481,7 +1481,10 @@ def run_vllm_bench(spec: EngineSpec, input_len: int, output_len: int, num_prompt
     wd.mkdir(parents=True, exist_ok=True)
     out_json, log = wd / "bench.json", wd / "bench.log"
     out_json.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # the spec's budget is the one
+    # the spec's budget is the one; the same vLLM process layout as fp8lab's own engines (devices.engine_env)
+    from fp8lab.devices import engine_env
+
+    env = {**{k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}, **engine_env()}
     cmd = [sys.executable, "-c", _BENCH_CODE, *bench_args(spec, input_len, output_len, num_prompts, num_warmups,
                                                           str(out_json), tokenizer)]
     t0 = time.perf_counter()

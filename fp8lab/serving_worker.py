@@ -107,11 +107,8 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
 
 
 def entry(log_path: str, env: dict[str, str], spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
-    """Spawn target: this process's (and its children's) stdout/stderr go to ``log_path``."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the spec's kv_cache_gib is the one budget
-    os.environ.update({k: str(v) for k, v in env.items()})
+    """Spawn target: :func:`fp8lab.engine_worker.prepare_worker` (log, environment), then the worker."""
+    from fp8lab.engine_worker import prepare_worker
+
+    prepare_worker(log_path, env)
     serve(spec, options, conn)

@@ -46,6 +46,8 @@ def test_both_dtypes_ran(ab_runs):
     for dt, res in ab_runs.items():
         assert res.status == "ok", (dt, res.error, res.log_tail[-2000:])
         assert res.engine["kv_cache_dtype"] == dt
+        # on a CPU the engine core runs inside fp8lab's worker (fp8lab.devices.engine_env): no second vLLM import
+        assert res.engine["engine_core"] == "in_process"
 
 
 @pytest.mark.native_fp8

@@ -244,3 +244,28 @@ def test_calibration_spec_checks_fields(tiny_model):
 def test_the_reports_prompt_cut_to_32_tokens(tiny_model):
     full = c.prompt_ids(tiny_model)
     assert len(full) == 71 and c.prompt_ids(tiny_model, 32) == full[:32]
+
+
+def test_a_stored_capture_is_loaded_with_its_amax_and_timings(tiny_model, tmp_path):
+    """A re-render on another machine must reuse the capture that was measured (its amax name the scale sets and
+    so the engine runs): the second call loads the stored file instead of running the model again."""
+    seqs = [list(range(100, 120)), list(range(200, 220))]
+    first = c.stored_capture(tiny_model, seqs, batch_size=2, root=tmp_path)
+    path = c.capture_path(tiny_model, seqs, 2, "cpu", root=tmp_path)
+    assert path.is_file() and path.parent == tmp_path / c.STUDY / "captures"
+    # mark the stored file: a load returns these values, a fresh capture could not
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+        arrays = {k: z[k] for k in ("k_amax", "v_amax", "seq_lens")}
+    meta["capture_s"] = 123.0
+    arrays["k_amax"] = arrays["k_amax"] * 2
+    np.savez(path, meta=np.asarray(json.dumps(meta)), **arrays)
+    again = c.stored_capture(tiny_model, seqs, batch_size=2, root=tmp_path)
+    assert again.capture_s == 123.0 and again.seq_lens == [20, 20]
+    np.testing.assert_array_equal(again.k_amax, first.k_amax * 2)
+    np.testing.assert_array_equal(again.v_amax, first.v_amax)
+    assert first.k_amax.shape == (2, first.num_layers, first.num_kv_heads) and (first.k_amax > 0).all()
+    # other token ids, batch size or device: another capture
+    assert c.capture_path(tiny_model, seqs[:1], 2, "cpu", root=tmp_path) != path
+    assert c.capture_path(tiny_model, seqs, 1, "cpu", root=tmp_path) != path
+    assert c.capture_path(tiny_model, seqs, 2, "cuda", root=tmp_path) != path
