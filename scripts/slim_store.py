@@ -66,8 +66,9 @@ def _flat(col: pa.ChunkedArray) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False)
 
 
-def compact_table(t: pa.Table) -> pa.Table:
-    """``t`` with the compact types described in the module's doc (values kept exactly, ``itl_s`` to 5 ns)."""
+def compact_table(t: pa.Table, itl_exp: int = ITL_EXP) -> pa.Table:
+    """``t`` with the compact types described in the module's doc (values kept exactly, ``itl_s`` to half a tick of
+    10**-itl_exp s: 5 ns by default)."""
     cols, names = [], []
     for name in t.column_names:
         col = t.column(name)
@@ -78,9 +79,9 @@ def compact_table(t: pa.Table) -> pa.Table:
             continue
         if name == "itl_s" and pa.types.is_list(typ) and pa.types.is_floating(leaf):
             arr = col.combine_chunks()
-            ticks = np.round(_flat(col) * 10**ITL_EXP).astype(np.int64)
+            ticks = np.round(_flat(col) * 10**itl_exp).astype(np.int64)
             cols.append(pa.ListArray.from_arrays(arr.offsets, pa.array(ticks), mask=arr.is_null()))
-            names.append(f"itl_e{ITL_EXP}")
+            names.append(f"itl_e{itl_exp}")
             continue
         if pa.types.is_float64(leaf):
             v = _flat(col)
@@ -200,13 +201,13 @@ def slim_quality(t: pa.Table) -> pa.Table:
 
 
 # ------------------------------------------------------------------------------------------- the store
-def slim_tree(root: Path, profile: str | None) -> None:
+def slim_tree(root: Path, profile: str | None, itl_exp: int = ITL_EXP) -> None:
     for rec in sorted(root.rglob("records.parquet")):
         t = slim_quality(pq.read_table(rec))
         if rec.parent.parent.name == "01_kv_dtype_auto_vs_fp8" and "output_token_ids" in t.column_names:
             t = t.drop_columns(["output_token_ids"])  # Study 01 reads counts and timings, never the token ids
         buf = io.BytesIO()
-        write_compact(compact_table(t), buf)
+        write_compact(compact_table(t, itl_exp), buf)
         rec.write_bytes(buf.getvalue())
     for smp in sorted(root.rglob("samples.parquet")):
         buf = io.BytesIO()
@@ -256,13 +257,16 @@ def main() -> None:
     ap.add_argument("store", type=Path)
     ap.add_argument("--out", type=Path, help="default: rewrite STORE in place")
     ap.add_argument("--profile", help="the profile the store was made with (Study 04's documents)")
+    ap.add_argument("--itl-exp", type=int, default=ITL_EXP, choices=range(5, 10),
+                    help=f"store ITL gaps as ticks of 10**-N s (default {ITL_EXP}: 10 ns; 5: 10 us, for stores of "
+                    "millions of gaps: a gap moves by at most 5 us, about the client's event-loop jitter)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="slim-store-") as tmp:
         root = Path(tmp) / "store"
         root.mkdir()
         with tarfile.open(a.store) as tf:
             tf.extractall(root, filter="tar")
-        slim_tree(root, a.profile)
+        slim_tree(root, a.profile, a.itl_exp)
         out = a.out or a.store
         pack(root, out)
         shutil.rmtree(root)

@@ -89,6 +89,22 @@ def test_a_compact_store_reads_back_as_the_fresh_one(tmp_path, slim_store):
     assert b.engine_ttft_s.dtype == np.float64
 
 
+def test_coarser_itl_ticks_read_back_within_half_a_tick(tmp_path, slim_store):
+    """``--itl-exp 5`` (a store of millions of gaps): gaps come back as seconds, each within 5 us of the measured one,
+    and a store slimmed again keeps its ticks."""
+    import pyarrow.parquet as pq
+
+    fresh = _records(np.random.default_rng(1))
+    fresh.to_parquet(tmp_path / "fresh.parquet", index=False)
+    slim = slim_store.compact_table(pq.read_table(tmp_path / "fresh.parquet"), itl_exp=5)
+    assert "itl_e5" in slim.column_names and "itl_s" not in slim.column_names
+    assert slim_store.compact_table(slim).column("itl_e5").equals(slim.column("itl_e5"))  # idempotent
+    slim_store.write_compact(slim, tmp_path / "slim.parquet")
+    a, b = results.read_records(tmp_path / "fresh.parquet"), results.read_records(tmp_path / "slim.parquet")
+    err = max(np.abs(np.asarray(x) - y).max() for x, y in zip(a.itl_s, b.itl_s, strict=True))
+    assert 1e-7 < err <= 5.0001e-6  # coarser than the 10 ns default, never beyond half a tick
+
+
 def _div_rows(rng: np.random.Generator, n: int, k: int, vocab: int = 64):
     """Base and candidate teacher-forced rows of one document: top-k lists that sometimes disagree."""
     ids = [int(t) for t in rng.integers(0, vocab, size=n)]
