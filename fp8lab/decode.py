@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,9 +254,10 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
     done = [[r["batch"], r["context_len"], r["rep"], r["kv_dtype"]] for r in _read_rows(rd) if r.get("rep", -1) >= 0]
     lay = kvmath.load_layout(spec.engine_spec(spec.kv_dtypes[0]).model)
     engine_specs = [spec.engine_spec(d).to_dict() for d in spec.kv_dtypes]
-    ctx = mp.get_context("spawn")
     from fp8lab import decode_worker
-    from fp8lab.engine import _kill_group, _reap_descendants
+    from fp8lab.engine import _kill_group, _reap_descendants, worker_context
+
+    ctx = worker_context()
 
     procs = []
     t0 = time.perf_counter()

@@ -32,6 +32,13 @@ def _nvml():
 DEFAULT_LAYOUT_ENV = "FP8LAB_VLLM_PROCESSES"
 
 
+def cpu_layout() -> bool:
+    """True where vLLM engines run on the CPU (no NVIDIA device) and ``$FP8LAB_VLLM_PROCESSES`` does not ask for
+    vLLM's default process layout: fp8lab's worker then hosts the engine core (:func:`engine_env`) and workers fork
+    from a server that imported vLLM once (:func:`fp8lab.engine.worker_context`)."""
+    return not os.environ.get(DEFAULT_LAYOUT_ENV) and _nvml() is None
+
+
 def engine_env() -> dict[str, str]:
     """Environment for a worker process about to build vLLM engines on this machine.
 
@@ -43,7 +50,7 @@ def engine_env() -> dict[str, str]:
     GPU record was measured. A variable already in the environment is kept, and ``$FP8LAB_VLLM_PROCESSES``
     keeps vLLM's default layout on a CPU too. Engine records say which layout ran (``engine_core``).
     """
-    if os.environ.get(DEFAULT_LAYOUT_ENV) or _nvml() is not None:
+    if not cpu_layout():
         return {}
     return {k: v for k, v in {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items() if k not in os.environ}
 

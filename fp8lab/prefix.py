@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import multiprocessing as mp
 import random
 import time
 from collections import OrderedDict
@@ -702,10 +701,10 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
     if (rd / "complete.json").exists():
         return load(rd)
     from fp8lab import prefix_worker
-    from fp8lab.engine import _kill_group, _reap_descendants
+    from fp8lab.engine import _kill_group, _reap_descendants, worker_context
 
     t0 = time.perf_counter()
-    proc = mp.get_context("spawn").Process(
+    proc = worker_context().Process(
         target=prefix_worker.entry,
         name="fp8lab-prefix",
         args=(

@@ -481,12 +481,11 @@ class _EngineProc:
     """One engine alive in its own spawned process (:mod:`fp8lab.serving_worker`), serving phases on command."""
 
     def __init__(self, spec: EngineSpec, log_path: Path, sample_interval_s: float = 0.25):
-        import multiprocessing as mp
-
         from fp8lab import serving_worker
+        from fp8lab.engine import worker_context
 
         self.spec, self.log_path = spec, log_path
-        ctx = mp.get_context("spawn")
+        ctx = worker_context()
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=serving_worker.entry, name=f"fp8lab-serve-{spec.kv_cache_dtype}",
                                 args=(str(log_path), {}, spec.to_dict(), {"sample_interval_s": sample_interval_s}, child))

@@ -72,3 +72,28 @@ def model_overrides(tiny_model) -> dict:
     if os.environ.get("FP8LAB_TEST_TOKENIZER"):
         out["TOKENIZER"] = os.environ["FP8LAB_TEST_TOKENIZER"]
     return out
+
+
+def _engine_processes() -> list:
+    from multiprocessing import forkserver
+
+    import psutil
+
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)  # its forked workers share its command line
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.pid != server and p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture
+def engine_processes():
+    """``() -> [psutil.Process]``: live descendants of the test process other than multiprocessing's resource
+    tracker and the forkserver that CPU engine workers fork from (``fp8lab.engine.worker_context``): what a
+    finished or killed run must not leave behind. A worker forked by the forkserver is its child, not the test's,
+    so it is found here too."""
+    return _engine_processes

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
 from fp8lab import kvmath
@@ -15,19 +14,6 @@ pytestmark = pytest.mark.slow
 KV_GIB = 1.0
 PROMPT = tuple(range(100, 164))  # 64 token ids
 N_OUT = 12
-
-
-def _children() -> list[psutil.Process]:
-    """Live descendants of the test process, other than multiprocessing's resource tracker (one per
-    parent process, started with the first spawned worker and meant to outlive it)."""
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -100,19 +86,19 @@ def test_completed_run_is_loaded_not_rerun(ab_runs, tiny_model):
 
 
 @pytest.mark.native_fp8
-def test_no_processes_left_behind(ab_runs):
-    assert _children() == []
+def test_no_processes_left_behind(ab_runs, engine_processes):
+    assert engine_processes() == []
 
 
 @pytest.mark.native_fp8
-def test_impossible_max_model_len_is_a_clear_failure(tiny_model, tmp_path):
+def test_impossible_max_model_len_is_a_clear_failure(tiny_model, tmp_path, engine_processes):
     # 16 MiB of fp8 KV holds 16*2**20 / (128*1536) = 85 blocks = 10880 tokens; a 32768-token
     # sequence cannot fit, so vLLM refuses to start and the run comes back as a record, not a crash.
     spec = EngineSpec(model=tiny_model, kv_cache_dtype="fp8", kv_cache_gib=16 / 1024, max_model_len=32768)
     res = run_engine(spec, work_dir=tmp_path)
     assert res.status == "oom", (res.status, res.error)
     assert "KV cache" in res.error and "32768" in res.error
-    assert _children() == []
+    assert engine_processes() == []
 
 
 def test_request_longer_than_max_model_len_rejected_before_start(tiny_model):
@@ -121,8 +107,10 @@ def test_request_longer_than_max_model_len_rejected_before_start(tiny_model):
         run_engine(spec, [Request(prompt_token_ids=PROMPT * 2, max_tokens=10)])
 
 
-def test_timeout_kills_the_engine_tree(tiny_model, tmp_path):
+def test_timeout_kills_the_engine_tree(tiny_model, tmp_path, engine_processes):
     spec = EngineSpec(model=tiny_model, kv_cache_gib=KV_GIB, max_model_len=2048, timeout_s=8)
-    res = run_engine(spec, [Request(prompt_token_ids=PROMPT, max_tokens=8)], work_dir=tmp_path)
+    # minutes of decoding: the timeout falls while the engine works, however fast it starts
+    long = [Request(prompt_token_ids=PROMPT, max_tokens=1900) for _ in range(32)]
+    res = run_engine(spec, long, work_dir=tmp_path)
     assert res.status == "timeout" and "8" in res.error
-    assert _children() == []
+    assert engine_processes() == []

@@ -32,18 +32,6 @@ pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 PROMPT = tuple(range(100, 164))  # 64 token ids
 
 
-def _workers() -> list[psutil.Process]:
-    """Live descendants of this test process, other than multiprocessing's resource tracker."""
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
 def _tagged(tag: str) -> list[psutil.Process]:
     """Live processes whose environment carries ``FP8LAB_RELIAB_TAG=tag`` (a study and everything it started,
     orphans included)."""
@@ -66,7 +54,7 @@ def _wait_until(cond, timeout_s: float, what: str) -> None:
     raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
-def test_worker_killed_mid_run_is_recorded_and_keeps_what_it_measured(tiny_model, tmp_path):
+def test_worker_killed_mid_run_is_recorded_and_keeps_what_it_measured(tiny_model, tmp_path, engine_processes):
     """SIGKILL to the engine worker while its second phase runs: the run comes back (no exception) as ``error``
     naming the signal, with the first phase's records, and the engine's own processes are gone."""
     spec = EngineSpec(model=tiny_model, kv_cache_gib=0.25, max_model_len=2048, timeout_s=600)
@@ -84,7 +72,8 @@ def test_worker_killed_mid_run_is_recorded_and_keeps_what_it_measured(tiny_model
 
     _wait_until(lambda: first_phase_stored() or not t.is_alive(), 400, "the first phase finished")
     assert t.is_alive(), out["res"].error
-    worker = [p for p in psutil.Process().children() if "resource_tracker" not in " ".join(p.cmdline())]
+    procs = engine_processes()
+    worker = [p for p in procs if p.ppid() not in {q.pid for q in procs}]  # fp8lab's worker, not vLLM's processes
     assert len(worker) == 1, worker
     os.kill(worker[0].pid, signal.SIGKILL)
     t.join(120)
@@ -94,14 +83,16 @@ def test_worker_killed_mid_run_is_recorded_and_keeps_what_it_measured(tiny_model
     assert list(res.records.phase) == ["first", "first"], res.records
     assert (res.records.output_tokens == 4).all()
     assert "long" not in res.phases
-    assert _workers() == []
+    assert engine_processes() == []
 
 
-def test_engine_past_its_timeout_is_killed_with_all_its_children(tiny_model, tmp_path):
+def test_engine_past_its_timeout_is_killed_with_all_its_children(tiny_model, tmp_path, engine_processes):
     spec = EngineSpec(model=tiny_model, kv_cache_gib=0.25, max_model_len=2048, timeout_s=6)
-    res = run_engine(spec, [Request(prompt_token_ids=PROMPT, max_tokens=8)], work_dir=tmp_path)
+    # minutes of decoding: the timeout falls while the engine works, however fast it starts
+    long = [Request(prompt_token_ids=PROMPT, max_tokens=1900) for _ in range(32)]
+    res = run_engine(spec, long, work_dir=tmp_path)
     assert res.status == "timeout" and "timeout_s = 6" in res.error
-    assert _workers() == []
+    assert engine_processes() == []
 
 
 STUDY = textwrap.dedent("""
