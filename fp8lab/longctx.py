@@ -542,17 +542,18 @@ def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] 
     runs: list[dict[str, Any]] = []
     q_phases, items = quality_phases(plan)
 
-    def run(role: str, dt: str, spec: EngineSpec, phases: Sequence[Phase], emulate: bool = False, **kw: Any) -> Any:
+    def run(role: str, dt: str, spec: EngineSpec, phases: Sequence[Phase], emulate: bool = False,
+            driver: str = "async", **kw: Any) -> Any:
         t = time.perf_counter()
         if emulate:  # an FP8 spec on an emulated-FP8 engine (fp8lab.fp8emu), stored apart from native runs
             from fp8lab import fp8emu
 
             env = fp8emu.env_for(spec.kv_cache_dtype)
             res = runner(spec.replace(kv_cache_dtype="auto"), list(phases), study=f"{study}.fp8emu-{env[fp8emu.ENV]}",
-                         driver="async", sample_interval_s=0.1, env=env, **kw)
+                         driver=driver, sample_interval_s=0.1, env=env, **kw)
             res.extra["emulated"] = env[fp8emu.ENV]
         else:
-            res = runner(spec, list(phases), study=study, driver="async", sample_interval_s=0.1, **kw)
+            res = runner(spec, list(phases), study=study, driver=driver, sample_interval_s=0.1, **kw)
         runs.append({"role": role, "kv_dtype": dt, "block_size": spec.block_size or bs,
                      "max_model_len": spec.max_model_len, "result": res})
         if progress:
@@ -594,8 +595,10 @@ def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] 
             over = longest_context(nb, bs) + bs
             if over > 10_000_000:
                 continue
-            run("probe", dt, plan.engine_spec(dt, max_model_len=over), (),
-                env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})  # the probe is about memory, not positions
+            # the probe is about memory, not positions; it only starts, so the offline driver (on a CPU its engine
+            # core runs in the worker: no second process to start, fp8lab.devices.engine_env)
+            run("probe", dt, plan.engine_spec(dt, max_model_len=over), (), driver="llm",
+                env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
 
     if plan.quality_model is not None and not plan.quality_merged and q_phases:
         for dt in plan.kv_dtypes:

@@ -1,11 +1,12 @@
 """Time the front door on a fresh clone and write the figures into the README's table.
 
-    python3 scripts/bench_front_door.py [setup] [main] [suite] [--keep DIR]
+    python3 scripts/bench_front_door.py [setup] [main] [suite] [full] [--keep DIR]
 
 ``setup``: ``bash scripts/setup_cpu.sh`` in a fresh ``git clone`` of this checkout's HEAD (no ``.venv`` yet);
-``main``: the main job after setup, ``bash scripts/report_cpu.sh <clone>/out/cpu-tiny``; ``suite``: the README's
-test command after setup, ``bash scripts/test.sh`` (what CI runs). With no part named, all three, in that order
-(``main`` and ``suite`` run setup first when it was not asked for, untimed); parts run in the order given. Each part's wall time, exit status,
+``main``: the main job after setup, ``bash scripts/report_cpu.sh`` (profile cpu-quick); ``suite``: the README's
+test command after setup, ``bash scripts/test.sh`` (what CI runs); ``full``: the fuller CPU run,
+``bash scripts/report_cpu.sh out/cpu-tiny cpu-tiny``. With no part named, all four, in that order
+(the others run setup first when it was not asked for, untimed); parts run in the order given. Each part's wall time, exit status,
 the date, the commit and the machine (cores, memory, CPU model, and whether it has the CPU FP8 KV kernel's
 AVX-512/AMX) go to ``reports/bench/front_door.jsonl`` (one line per part, appended) and into the
 README's table between ``<!-- bench:start -->`` and ``<!-- bench:end -->`` (the latest line per part). The clone
@@ -33,8 +34,11 @@ README = ROOT / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 PARTS = {
     "setup": ("set up (`bash scripts/setup_cpu.sh`, fresh clone, no `.venv`)", ["bash", "scripts/setup_cpu.sh"]),
-    "main": ("main job after setup (`bash scripts/report_cpu.sh`)", ["bash", "scripts/report_cpu.sh", "out/cpu-tiny"]),
+    "main": ("main job after setup (`bash scripts/report_cpu.sh`, profile cpu-quick)",
+             ["bash", "scripts/report_cpu.sh", "out/cpu-quick", "cpu-quick"]),
     "suite": ("test suite after setup (`bash scripts/test.sh`, what CI runs)", ["bash", "scripts/test.sh"]),
+    "full": ("fuller CPU run after setup (`bash scripts/report_cpu.sh out/cpu-tiny cpu-tiny`)",
+             ["bash", "scripts/report_cpu.sh", "out/cpu-tiny", "cpu-tiny"]),
 }
 TARGETS_MIN = {"main": 10.0, "suite": 15.0}  # issue 19's targets on 2 cores
 

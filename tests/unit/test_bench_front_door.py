@@ -46,7 +46,7 @@ def test_write_readme_replaces_only_the_marked_block(tmp_path):
 def test_an_unknown_part_is_refused_before_anything_runs(capsys):
     with pytest.raises(SystemExit):
         bench.main(["setup", "everything"])
-    assert "parts = ['everything']: each one of setup | main | suite" in capsys.readouterr().err
+    assert "parts = ['everything']: each one of setup | main | suite | full" in capsys.readouterr().err
 
 
 def test_the_readme_has_the_block():
