@@ -26,6 +26,24 @@ def test_profiles_have_cpu_and_h200():
         load_profile("nope")
 
 
+def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
+    """The main job's cpu-quick is cpu-tiny with fewer repetitions and fewer side checks, never another model, budget
+    or workload: every entry it changes is one of these knobs, and it says so in its description."""
+    quick, tiny = load_profile("cpu-quick"), load_profile("cpu-tiny")
+    assert quick["extends"] == "cpu-tiny" and quick["params"] == tiny["params"]
+    knobs = {"TRIALS", "ARRIVALS", "NAIVE_CONCURRENCY", "CALIB_SAMPLES", "PPL_WINDOWS", "TASK_ITEMS",
+             "DETECT_HEAD_REDUCTION", "SWEEP_BLOCK_SIZES", "PROBE_BOUNDARY", "CONTEXTS", "REPS", "ACTIVE",
+             "PHASE_SECONDS", "MIN_LENGTH", "WORKLOADS"}
+    changed = {(nb, k) for nb, entry in quick["notebooks"].items() for k, v in entry.items()
+               if (tiny["notebooks"].get(nb) or {}).get(k, object()) != v}
+    assert changed and {k for _, k in changed} <= knobs, changed
+    for nb, k in changed:  # lists shrink to a part of cpu-tiny's, never to something else
+        was, now = (tiny["notebooks"].get(nb) or {}).get(k), quick["notebooks"][nb][k]
+        if isinstance(was, list) and k != "ARRIVALS":
+            assert all(x in was for x in now), (nb, k, now, was)
+    assert "fewer" in quick["description"] and "cpu-tiny" in quick["description"]
+
+
 def test_a_profile_extends_another(tmp_path):
     """``extends: BASE``: the base's params and notebook entries, updated name by name by the profile's own, through
     a chain; an unknown base or a cycle is a SpecError naming the field."""
