@@ -55,9 +55,12 @@ def engine_env() -> dict[str, str]:
     return {k: v for k, v in {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items() if k not in os.environ}
 
 
-def engine_core_layout() -> str:
+def engine_core_layout(async_engine: bool = False) -> str:
     """``in_process`` when vLLM's ``LLM`` runs its engine core in the calling process (the environment's
-    ``VLLM_ENABLE_V1_MULTIPROCESSING`` is 0), else ``process`` (vLLM's default)."""
+    ``VLLM_ENABLE_V1_MULTIPROCESSING`` is 0), else ``process`` (vLLM's default). An ``AsyncLLM``
+    (``async_engine``) always has its engine core in a process of its own."""
+    if async_engine:
+        return "process"
     return "in_process" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1").strip() in ("0", "false", "False") \
         else "process"
 

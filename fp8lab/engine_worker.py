@@ -344,7 +344,7 @@ async def _run_sustained(engine: Any, phase: dict[str, Any], t0: float, prefix: 
     return sorted(rows, key=lambda r: r["request"]), window
 
 
-def engine_facts(vcfg: Any, mem: devices.MemoryProbe) -> dict[str, Any]:
+def engine_facts(vcfg: Any, mem: devices.MemoryProbe, async_engine: bool = False) -> dict[str, Any]:
     """What a started engine reports about itself: KV blocks, block size, capacity, budget, limits, memory."""
     e: dict[str, Any] = {}
     cc = vcfg.cache_config
@@ -359,7 +359,7 @@ def engine_facts(vcfg: Any, mem: devices.MemoryProbe) -> dict[str, Any]:
     e["hybrid_kv_cache_manager"] = not bool(getattr(vcfg.scheduler_config, "disable_hybrid_kv_cache_manager", False))
     e["kv_cache_size_tokens_vllm"] = getattr(cc, "kv_cache_size_tokens", None)
     e["cuda_graphs"] = not bool(vcfg.model_config.enforce_eager)
-    e["engine_core"] = devices.engine_core_layout()
+    e["engine_core"] = devices.engine_core_layout(async_engine)
     e["mem_after_start_bytes"] = mem.used_bytes()
     e["mem_per_device_after_start_bytes"] = mem.per_device_used()  # one entry per GPU of the run
     return e
@@ -396,7 +396,7 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
             vcfg = llm.llm_engine.vllm_config
         e = res["engine"]
         e["engine_start_s"] = time.perf_counter() - t0
-        e.update(engine_facts(vcfg, mem))
+        e.update(engine_facts(vcfg, mem, async_engine=engine is not None))
         _write(path, res)
 
         loop = asyncio.new_event_loop() if engine is not None else None

@@ -46,7 +46,7 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
             "engine_start_s": time.perf_counter() - t0,
             "mem_kind": mem.kind,
             "mem_baseline_bytes": base,
-            **ew.engine_facts(engine.vllm_config, mem),
+            **ew.engine_facts(engine.vllm_config, mem, async_engine=True),
         }
         conn.send({"status": "ready", "engine": facts, "provenance": prov})
     except BaseException as exc:  # noqa: BLE001 - a failed start is a record

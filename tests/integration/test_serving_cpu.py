@@ -56,6 +56,7 @@ def _phase(res, name):
 
 
 def test_every_token_is_timestamped(served):
+    assert served.engine["engine_core"] == "process"  # an AsyncLLM spawns its engine core, whatever the layout
     for name in ("closed-c2", f"open-constant-{RATE:g}"):
         rec = _phase(served, name)
         assert (rec.output_tokens == SHORT.output_len).all()

@@ -19,6 +19,7 @@ def test_on_a_cpu_the_engine_core_runs_in_the_worker(cpu_only, monkeypatch):
     assert devices.engine_core_layout() == "process"  # vLLM's default until the worker sets it
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     assert devices.engine_core_layout() == "in_process"
+    assert devices.engine_core_layout(async_engine=True) == "process"  # an AsyncLLM always spawns its core
 
 
 def test_a_users_setting_and_the_opt_out_are_kept(cpu_only, monkeypatch):
