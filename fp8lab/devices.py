@@ -30,6 +30,8 @@ def _nvml():
 
 #: Set by the user to keep vLLM's own process layout on a CPU as well (any non-empty value).
 DEFAULT_LAYOUT_ENV = "FP8LAB_VLLM_PROCESSES"
+#: vLLM's switch: 0 runs an ``LLM``'s engine core in the calling process.
+MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 def cpu_layout() -> bool:
@@ -50,9 +52,9 @@ def engine_env() -> dict[str, str]:
     GPU record was measured. A variable already in the environment is kept, and ``$FP8LAB_VLLM_PROCESSES``
     keeps vLLM's default layout on a CPU too. Engine records say which layout ran (``engine_core``).
     """
-    if not cpu_layout():
+    if not cpu_layout() or MULTIPROCESSING_ENV in os.environ:
         return {}
-    return {k: v for k, v in {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items() if k not in os.environ}
+    return {MULTIPROCESSING_ENV: "0"}
 
 
 def engine_core_layout(async_engine: bool = False) -> str:
@@ -61,8 +63,8 @@ def engine_core_layout(async_engine: bool = False) -> str:
     (``async_engine``) always has its engine core in a process of its own."""
     if async_engine:
         return "process"
-    return "in_process" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1").strip() in ("0", "false", "False") \
-        else "process"
+    # vLLM's own reading of the variable (vllm.envs: bool(int(value)), default 1)
+    return "in_process" if int(os.environ.get(MULTIPROCESSING_ENV, "1")) == 0 else "process"
 
 
 def _visible_gpu_indices(n: int, nv: Any = None) -> list[int]:
