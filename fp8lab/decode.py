@@ -161,12 +161,13 @@ class DecodeSpec:
 
     def descriptor(self) -> dict[str, Any]:
         """What determines the outcome: the spec as given (model path unresolved, so a store loads on another
-        machine), the protocol and the vLLM version (another vLLM measures anew)."""
-        from fp8lab.devices import _version
+        machine), the protocol, and the vLLM and torch versions and engine-side code (another vLLM or an edited
+        worker measures anew; :func:`fp8lab.results.run_versions`)."""
+        from fp8lab.results import run_versions
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
-        return {"study": STUDY, "protocol": PROTOCOL, "vllm": _version("vllm"), "spec": d}
+        return {"study": STUDY, "protocol": PROTOCOL, **run_versions(), "spec": d}
 
 
 def margin(spec: DecodeSpec, batch: int, context: int) -> int:
@@ -239,8 +240,16 @@ def _read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) -> DecodeRun:
     """Measure (or load, or resume) the grid of ``spec`` in the results store ``root`` (default: runs/)."""
+    from fp8lab import results
+
     desc = spec.descriptor()
     rd = (root or runs_dir()) / STUDY / spec_hash(desc)
+    if results.store_only() and not (rd / "spec.json").exists():  # a re-render: the run under another vLLM/code
+        kept = results.stored_elsewhere(rd, desc)
+        if kept is not None:
+            return load(kept)
+    for d in spec.kv_dtypes:  # this machine's paths, before any worker starts (a stored spec is not checked)
+        spec.engine_spec(d).check_paths()
     if force and rd.exists():
         import shutil
 

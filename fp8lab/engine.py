@@ -143,7 +143,9 @@ def _hub_reachable(env: dict[str, str] | None = None, timeout_s: float = 3.0) ->
 def check_model_source(spec: EngineSpec, env: dict[str, str] | None = None) -> None:
     """A hub id (no local folder) must be loadable without waiting on a network that is not there: in the local
     Hugging Face cache, or the hub reachable and ``HF_HUB_OFFLINE`` unset. Otherwise :class:`SpecError` at once,
-    not an engine that retries downloads for a minute."""
+    not an engine that retries downloads for a minute. A model given as a path must be a model folder
+    (:meth:`EngineSpec.check_paths`)."""
+    spec.check_paths()
     if Path(spec.model).exists() or _hf_cache_has(spec.model, env):
         return
     if _truthy("HF_HUB_OFFLINE", env) or _truthy("TRANSFORMERS_OFFLINE", env):

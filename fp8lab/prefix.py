@@ -310,12 +310,13 @@ class PrefixSpec:
         return cls(**kw)
 
     def descriptor(self) -> dict[str, Any]:
-        """What determines the outcome (hashed to name the run): the spec, the protocol and the vLLM version."""
-        from fp8lab.devices import _version
+        """What determines the outcome (hashed to name the run): the spec, the protocol, and the vLLM and torch
+        versions and engine-side code (:func:`fp8lab.results.run_versions`)."""
+        from fp8lab.results import run_versions
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
-        return {"study": STUDY, "protocol": PROTOCOL, "vllm": _version("vllm"), "spec": d}
+        return {"study": STUDY, "protocol": PROTOCOL, **run_versions(), "spec": d}
 
 
 # ====================================================================================== prompts
@@ -692,6 +693,8 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
         err = f"not in the results store ({rd}); ${results.STORE_ONLY_ENV} is set, so no engine was started"
         return PrefixRun(rd, desc, pd.DataFrame(), pd.DataFrame(),
                          {d: {"status": "error", "error": err} for d in spec.kv_dtypes}, {}, False)
+    for d in spec.kv_dtypes:  # this machine's paths, before the worker starts (a stored spec is not checked)
+        spec.engine_spec(d).check_paths()
     if force and rd.exists():
         import shutil
 

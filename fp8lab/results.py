@@ -7,7 +7,11 @@ time), ``engine.json`` (status, error, per-engine and per-phase figures), ``prov
 columns whose values are exactly float32 as float32, integer lists as narrower integers, ``itl_e<k>``
 (integer ticks of 10**-k s; ``itl_e8``: 10 ns) for ``itl_s``; :func:`read_records`
 gives back float64, int64 and ``itl_s``, so readers see one format. A run whose status is final (ok, oom, unsupported, invalid) is loaded instead of
-re-run; ``timeout`` and ``error`` are retried. Failed runs stay on disk with their reason.
+re-run; ``timeout`` and ``error`` are retried. Failed runs stay on disk with their reason. The hash (the run's
+cache key, :func:`run_descriptor`) covers the engine spec, driver and phases and also the installed vLLM and torch
+and the engine-side code (:func:`run_versions`): after an upgrade or an engine edit a run is measured anew, while a
+re-render from committed stores (:func:`store_only`) still finds them (:func:`stored_elsewhere`). A stored spec is
+read without checking this machine's paths (they are checked when a run starts), so a store copied elsewhere loads.
 
 A run folder appears whole or not at all: it is written as a hidden sibling (``.<run_id>.tmp-<pid>``) and
 renamed into place, so a process killed mid-write leaves no half-written run that could be loaded as
@@ -24,7 +28,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +52,54 @@ def _as_phases(phases: Sequence[Phase] | Sequence[Request]) -> list[Phase]:
     return list(phases)  # type: ignore[arg-type]
 
 
+#: The engine-side code: the files whose change can change what an engine run measures (how the engine is
+#: configured and started, its environment, the drivers that time requests and read vLLM's counters, the FP8
+#: emulation's kernels and formats). Their hash (:func:`engine_code_hash`) is part of every run's cache key, so
+#: after an edit to any of them a normal run measures anew instead of loading a run the old code measured.
+#: Left out on purpose: the specs and workloads (already in the key as data), the analysis, plots and reports
+#: (they read records, they do not make them). Add a file here when engine runs start depending on it.
+ENGINE_CODE_FILES = (
+    "engine.py",
+    "engine_worker.py",
+    "serving_worker.py",
+    "decode_worker.py",
+    "prefix_worker.py",
+    "fp8emu.py",
+    "fp8formats.py",
+    "devices.py",
+)
+
+
+def engine_code_hash(files: Sequence[str | Path] | None = None) -> str:
+    """12 hex digits of SHA-256 over :data:`ENGINE_CODE_FILES` (name and content, line endings normalised, so a
+    checkout with CRLF hashes the same); a missing file counts as missing, not as an error."""
+    pkg = Path(__file__).parent
+    h = hashlib.sha256()
+    for f in files if files is not None else ENGINE_CODE_FILES:
+        path = pkg / f
+        h.update(Path(f).name.encode() + b"\0")
+        try:
+            h.update(path.read_bytes().replace(b"\r\n", b"\n"))
+        except OSError:
+            h.update(b"<missing>")
+        h.update(b"\0")
+    return h.hexdigest()[:12]
+
+
+def run_versions() -> dict[str, str | None]:
+    """The part of every run's cache key that says with what it was measured: the installed vLLM and torch
+    versions and :func:`engine_code_hash`. Under :func:`store_only` :func:`stored_elsewhere` ignores them
+    (:data:`VERSION_KEYS`), so committed stores re-render on any version."""
+    from fp8lab import devices
+
+    return {"vllm": devices._version("vllm"), "torch": devices._version("torch"), "engine_code": engine_code_hash()}
+
+
 def run_descriptor(spec: EngineSpec, phases: Sequence[Phase], driver: str, sample_interval_s: float) -> dict[str, Any]:
-    """Everything that determines a run's outcome, as JSON-able data (its hash names the run)."""
+    """Everything that determines a run's outcome, as JSON-able data (its hash names the run): the engine spec,
+    driver, sampling interval, phases and :func:`run_versions` (vLLM, torch, the engine-side code)."""
     return {
+        **run_versions(),
         "engine": spec.to_dict(),
         "driver": driver,
         "sample_interval_s": sample_interval_s,
@@ -138,36 +187,47 @@ def store_only() -> bool:
     return bool(os.environ.get(STORE_ONLY_ENV))
 
 
-#: Descriptor keys that name where a run was measured rather than what was measured.
-VERSION_KEYS = ("vllm", "torch")
+#: Descriptor keys that name with what a run was measured (:func:`run_versions`) rather than what was measured:
+#: part of the cache key of a normal run, ignored when a re-render looks a run up (:func:`stored_elsewhere`).
+VERSION_KEYS = ("vllm", "torch", "engine_code")
 
 
-def stored_elsewhere(run_dir: Path, descriptor: dict[str, Any], done: str = "complete.json") -> Path | None:
-    """For a re-render only (:func:`store_only`): the stored run beside ``run_dir`` whose ``spec.json`` equals
-    ``descriptor`` in everything but :data:`VERSION_KEYS`, i.e. the same study measured under another vLLM (the
-    H200's 0.26.0 re-rendered on the CPU's 0.32.0). Finished runs (``done`` present) first; ``None`` if none.
-    The loaded run's own provenance still names its vLLM, so the page says where its numbers come from."""
+def stored_elsewhere(
+    run_dir: Path, descriptor: dict[str, Any], done: str | Callable[[Path], bool] = "complete.json"
+) -> Path | None:
+    """For a re-render only (:func:`store_only`; a normal run never calls it): the stored run beside ``run_dir``
+    whose ``spec.json`` equals ``descriptor`` in everything but :data:`VERSION_KEYS`, i.e. the same study measured
+    under another vLLM, torch or engine code (the H200's 0.26.0 re-rendered on the CPU's 0.32.0), or stored before
+    those keys were part of the descriptor. Finished runs first (``done``: a file they hold, or a test of the
+    folder); ``None`` if none. The loaded run's own provenance still names its vLLM, so the page says where its
+    numbers come from."""
+
     def strip(d: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in d.items() if k not in VERSION_KEYS}
 
     want = json.dumps(strip(json.loads(json.dumps(descriptor, default=str))), sort_keys=True)
     found = []
-    for f in sorted(run_dir.parent.glob("*/spec.json")):
+    for f in sorted(run_dir.parent.glob("[!.]*/spec.json")):  # hidden folders are half-written runs
         try:
             have = json.dumps(strip(json.loads(f.read_text())), sort_keys=True)
         except (OSError, ValueError):
             continue
         if have == want:
             found.append(f.parent)
-    found.sort(key=lambda d: not (d / done).exists())
+    finished = done if callable(done) else (lambda d: (d / done).exists())
+    found.sort(key=lambda d: not finished(d))
     return found[0] if found else None
 
 
-def from_store(spec: EngineSpec, run_dir: Path) -> EngineResult:
-    """For a re-render (:func:`store_only`): the stored run in ``run_dir`` (a stored failure shown as it was, not
-    retried), or the ``error`` result of a run the store lacks. No engine starts either way."""
+def from_store(spec: EngineSpec, run_dir: Path, descriptor: dict[str, Any] | None = None) -> EngineResult:
+    """For a re-render (:func:`store_only`): the stored run in ``run_dir``, else (given its ``descriptor``) the run
+    of the same spec stored under another vLLM, torch or engine code (:func:`stored_elsewhere`); a stored failure
+    shown as it was, not retried; or the ``error`` result of a run the store lacks. No engine starts either way."""
     if (run_dir / "engine.json").exists():
         return load(run_dir, spec)
+    kept = stored_elsewhere(run_dir, descriptor, done=_final) if descriptor is not None else None
+    if kept is not None:
+        return load(kept, spec)
     import pandas as pd
 
     res = EngineResult(status="error", error=f"not in the results store ({run_dir}); ${STORE_ONLY_ENV} is set, so "
@@ -267,13 +327,17 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     rd = run_dir_for(study, desc, root)
     if not force and _final(rd):  # a stored run is loaded wherever it was measured
         return load(rd, spec)
+    if store_only() and not (rd / "engine.json").exists():  # a re-render: the same run under another vLLM/code
+        kept = stored_elsewhere(rd, desc, done=_final)
+        if kept is not None and _final(kept):
+            return load(kept, spec)
     from fp8lab.capability import unsupported_result
 
     skipped = unsupported_result(spec)  # not run here and not stored: the device lacks the kernel (capability.py)
     if skipped is not None:
         return skipped
     if store_only():  # re-rendering reports from committed stores: never start an engine
-        return from_store(spec, rd)
+        return from_store(spec, rd, desc)
     with run_lock(rd):
         if not force and _final(rd):  # another process finished it while this one waited
             return load(rd, spec)

@@ -564,8 +564,17 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
             print(f"paired study: {len(out)} stored trials loaded ({rdirs[(0, plan.baseline)].parent})", flush=True)
         return out
     if results.store_only():  # re-rendering from committed stores: what is stored, and no engine for the rest
-        return [{"trial": t, "kv_dtype": d, "order": i, "result": results.from_store(plan.spec_for(d), rdirs[(t, d)])}
-                for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials))]
+        return [
+            {
+                "trial": t,
+                "kv_dtype": d,
+                "order": i,
+                "result": results.from_store(plan.spec_for(d), rdirs[(t, d)], descs[(t, d)]),
+            }
+            for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials))
+        ]
+    for d in plan.kv_dtypes:  # this machine's paths, before any engine starts (a stored spec is not checked)
+        plan.spec_for(d).check_paths()
     work = runs_dir() / study / f"paired-{spec_hash(design)}"
     work.mkdir(parents=True, exist_ok=True)
     (work / "design.json").write_text(json.dumps(design, indent=2, default=str))

@@ -170,11 +170,9 @@ class EngineSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
             raise SpecError("EngineSpec", "model", self.model, "a local model folder, a config.json's folder, or a hub id")
-        model = resolve_model(self.model)
-        object.__setattr__(self, "model", model)
-        if _looks_like_path(model) and not (Path(model) / "config.json").is_file():
-            raise SpecError("EngineSpec", "model", self.model,
-                            "a folder holding config.json (none found there), or a hub id 'org/name'")
+        # resolved, not checked: a stored spec.json names the measuring machine's folder, and a store copied to
+        # another machine or path must still load (fp8lab.results.load); check_paths() runs before an engine starts
+        object.__setattr__(self, "model", resolve_model(self.model))
         check_choice(self, "kv_cache_dtype", self.kv_cache_dtype, KVDtype)
         if self.block_size is not None:
             check_choice(self, "block_size", self.block_size, BLOCK_SIZES)
@@ -193,6 +191,13 @@ class EngineSpec:
         check_bool(self, "skip_tokenizer_init", self.skip_tokenizer_init)
         check_bool(self, "calculate_kv_scales", self.calculate_kv_scales)
         check_float(self, "timeout_s", self.timeout_s, 0.0, 86400.0, lo_open=True)
+
+    def check_paths(self) -> None:
+        """The checks that need this machine's file system, run when a run starts (before any engine starts), not
+        when the spec is built: ``model`` given as a path must be a folder holding ``config.json``."""
+        if _looks_like_path(self.model) and not (Path(self.model) / "config.json").is_file():
+            raise SpecError("EngineSpec", "model", self.model,
+                            "a folder holding config.json (none found there), or a hub id 'org/name'")
 
     @property
     def is_fp8(self) -> bool:

@@ -112,8 +112,14 @@ def test_estimate_other_bad_flags(flag, value, needle):
 
 # ------------------------------------------------------------------------------------------- engine specs
 def test_model_folder_that_does_not_exist(tmp_path):
-    with pytest.raises(SpecError, match="EngineSpec.model .*a folder holding config.json"):
-        EngineSpec(model=str(tmp_path / "missing" / "model"))
+    """Refused when the run starts, before any engine (the spec itself is built without the file system, so a
+    stored one loads on another machine): nothing is stored, no engine work folder is made."""
+    from fp8lab.results import run_cached
+
+    spec = EngineSpec(model=str(tmp_path / "missing" / "model"))
+    with pytest.raises(SpecError, match="EngineSpec.model .*missing/model.*a folder holding config.json"):
+        run_cached(spec, [Request((1, 2, 3), 4)], study="s", root=tmp_path / "runs")
+    assert [p.name for p in (tmp_path / "runs" / "s").iterdir() if not p.name.endswith(".lock")] == []
 
 
 def test_hub_id_offline_is_refused_at_once(tmp_path, monkeypatch):

@@ -39,9 +39,15 @@ def test_bad_field_names_field_value_and_allowed(model_dir, field, value, allowe
     assert err.value.field == field and err.value.value == value
 
 
-def test_missing_model_folder_is_rejected(tmp_path):
-    with pytest.raises(SpecError, match="EngineSpec.model = .*config.json"):
-        EngineSpec(model=str(tmp_path / "nope"))
+def test_missing_model_folder_is_rejected_when_a_run_starts(tmp_path):
+    """Built without a look at the file system (a stored spec.json loads on another machine); refused, naming the
+    field, value and what is allowed, by the check every engine start runs first."""
+    spec = EngineSpec(model=str(tmp_path / "nope"))
+    assert spec.model == str(tmp_path / "nope")
+    with pytest.raises(SpecError, match="EngineSpec.model = .*nope.*a folder holding config.json"):
+        spec.check_paths()
+    with pytest.raises(SpecError, match="EngineSpec.model = .*nope.*a folder holding config.json"):
+        validate_phases(spec, [], "llm")
 
 
 def test_hub_id_passes_through_unchanged():
