@@ -575,7 +575,8 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
         ]
     for d in plan.kv_dtypes:  # this machine's paths, before any engine starts (a stored spec is not checked)
         plan.spec_for(d).check_paths()
-    work = runs_dir() / study / f"paired-{spec_hash(design)}"
+    # the phases kept so far resume only under the same vLLM, torch and engine code (their runs' cache key)
+    work = runs_dir() / study / f"paired-{spec_hash(design, results.run_versions())}"
     work.mkdir(parents=True, exist_ok=True)
     (work / "design.json").write_text(json.dumps(design, indent=2, default=str))
 

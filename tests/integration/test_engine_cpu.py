@@ -16,15 +16,16 @@ PROMPT = tuple(range(100, 164))  # 64 token ids
 N_OUT = 12
 
 
+def _ab_run(tiny_model: str, dt: str):
+    reqs = tuple(Request(prompt_token_ids=PROMPT, max_tokens=N_OUT, cls="c64") for _ in range(4))
+    spec = EngineSpec(model=tiny_model, kv_cache_dtype=dt, kv_cache_gib=KV_GIB, max_model_len=2048)
+    return run_cached(spec, [Phase("warmup", reqs[:1]), Phase("main", reqs)], study="test_engine")
+
+
 @pytest.fixture(scope="module")
 def ab_runs(tiny_model, runs_root):
     """auto and fp8 on the same KV budget, four greedy requests each (one engine per dtype)."""
-    reqs = tuple(Request(prompt_token_ids=PROMPT, max_tokens=N_OUT, cls="c64") for _ in range(4))
-    out = {}
-    for dt in ("auto", "fp8"):
-        spec = EngineSpec(model=tiny_model, kv_cache_dtype=dt, kv_cache_gib=KV_GIB, max_model_len=2048)
-        out[dt] = run_cached(spec, [Phase("warmup", reqs[:1]), Phase("main", reqs)], study="test_engine")
-    return out
+    return {dt: _ab_run(tiny_model, dt) for dt in ("auto", "fp8")}
 
 
 @pytest.mark.native_fp8
@@ -83,6 +84,18 @@ def test_completed_run_is_loaded_not_rerun(ab_runs, tiny_model):
     assert again.status == "ok" and again.engine["num_blocks"] == res.engine["num_blocks"]
     assert (res.run_dir / "provenance.json").exists() and (res.run_dir / "records.parquet").exists()
     assert again.provenance["vllm"] and again.provenance["fp8lab_commit"]
+    # the same run asked for again is loaded from the store (the same cache key), not measured anew; its key names
+    # the vLLM and torch it ran on and the engine-side code
+    import json
+
+    from fp8lab.results import engine_code_hash
+
+    second = _ab_run(tiny_model, "auto")
+    assert second.extra.get("cached") and second.run_dir == res.run_dir
+    assert len(second.records) == len(res.records) and second.engine["num_blocks"] == res.engine["num_blocks"]
+    key = json.loads((res.run_dir / "spec.json").read_text())
+    assert key["vllm"] == res.provenance["vllm"] and key["engine_code"] == engine_code_hash()
+    assert key["torch"] and key["torch"] == res.provenance["torch"]
 
 
 @pytest.mark.native_fp8

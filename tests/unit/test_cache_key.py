@@ -167,6 +167,22 @@ def test_store_only_loads_a_run_of_another_version_or_an_old_descriptor(tmp_path
         results.run_cached(spec, REQS, study="s", root=tmp_path / "old")
 
 
+def test_store_only_shows_a_failure_stored_under_another_version_as_it_was(tmp_path, monkeypatch, tiny_model):
+    """A run that failed on the measuring machine (not final: a normal run retries it) is shown with its own
+    reason by a re-render under another vLLM, not reported missing."""
+    spec = EngineSpec(model=tiny_model, kv_cache_dtype="fp8", kv_cache_gib=0.5)
+    _versions(monkeypatch, "0.26.0", "2.9.0")
+    desc = results.run_descriptor(spec, results._as_phases(REQS), "llm", 0.25)
+    rd = results.run_dir_for("s", desc, tmp_path)
+    failed = _result()
+    failed.status, failed.error = "error", "ValueError: q dtype e5m2"
+    results.save(failed, rd, desc)
+    _versions(monkeypatch, "0.32.0", "2.10.0")
+    monkeypatch.setenv(results.STORE_ONLY_ENV, "1")
+    got = results.run_cached(spec, REQS, study="s", root=tmp_path)
+    assert (got.status, got.error, got.run_dir) == ("error", "ValueError: q dtype e5m2", rd)
+
+
 def test_store_only_prefix_run_of_an_old_descriptor_loads(tmp_path, monkeypatch, tiny_model):
     """Study 07's committed stores carry only ``vllm``: they still load store-only with the new keys."""
     from fp8lab import prefix
@@ -198,3 +214,39 @@ def test_a_store_copied_to_another_path_loads(tmp_path, tiny_model):
     table = results.collect("s", tmp_path / "machine-b" / "runs")
     assert table.run_id.tolist() == [rd.name] and table["spec.model"].tolist() == [model]
     assert table.status.tolist() == ["ok"] and table.num_blocks.tolist() == [10]
+
+
+def test_paired_serving_study_remeasures_after_an_upgrade_and_rerenders_store_only(tmp_path, monkeypatch):
+    """Study 01's paired design (engines stood in by test_metrics' fake, no vLLM): stored under vLLM 0.26.0; a
+    store-only re-render under 0.32.0 loads all six runs and starts nothing; a normal run under 0.32.0 measures."""
+    from test_metrics import TINY_CONFIG, _FakeEngine, _plan
+
+    from fp8lab import serving
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(TINY_CONFIG))
+    engine = EngineSpec(
+        model=str(tmp_path / "model"),
+        kv_cache_gib=0.0234375,
+        max_model_len=2048,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+    )
+    monkeypatch.setenv("FP8LAB_RUNS", str(tmp_path / "runs"))
+    plan = _plan(engine, capacity_factors=(0.5,))
+    _versions(monkeypatch, "0.26.0", "2.9.0")
+    calls: list = []
+    full = serving.run_study(plan, progress=False, engine_factory=lambda spec, log: _FakeEngine(spec, log, calls))
+    stored = sorted(p.parent for p in (tmp_path / "runs").glob("*/*/engine.json"))
+    assert len(stored) == 6 and calls
+    _versions(monkeypatch, "0.32.0", "2.9.0")
+    monkeypatch.setenv(results.STORE_ONLY_ENV, "1")
+    started: list = []
+    again = serving.run_study(plan, progress=False, engine_factory=lambda spec, log: _FakeEngine(spec, log, started))
+    assert started == [] and (again.engines.status == "ok").all() and len(again.records) == len(full.records)
+    assert sorted(p.parent for p in (tmp_path / "runs").glob("*/*/engine.json")) == stored  # nothing written
+    monkeypatch.delenv(results.STORE_ONLY_ENV)
+    anew: list = []
+    serving.run_study(plan, progress=False, engine_factory=lambda spec, log: _FakeEngine(spec, log, anew))
+    assert len(anew) == len(calls)  # every phase measured again under the new vLLM
+    assert len(list((tmp_path / "runs").glob("*/*/engine.json"))) == 12
