@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fp8lab.paths import REPO_ROOT
@@ -111,7 +112,9 @@ class MemoryProbe:
             import psutil
 
             me = psutil.Process()
-            procs = [me, *me.children(recursive=True)]
+            procs = {me, *me.children(recursive=True)}
+            if hasattr(os, "getpgrp") and os.getpgrp() == me.pid:  # a worker leading its group: an engine core
+                procs |= {psutil.Process(p) for p in _group_members(me.pid)}  # forked elsewhere joined it
             total = 0
             for p in procs:
                 try:
@@ -126,6 +129,18 @@ class MemoryProbe:
         if self._nv is None:
             return []
         return [int(self._nv.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles]
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid`` (Linux: ``/proc``; elsewhere none)."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*") if Path("/proc").is_dir() else ():
+        try:
+            if os.getpgid(int(entry.name)) == pgid:
+                out.append(int(entry.name))
+        except (OSError, ValueError):
+            pass
+    return out
 
 
 def gpu_facts() -> list[dict[str, Any]]:

@@ -285,7 +285,8 @@ def _killed_cause(signum: int, oom_kills_before: int | None) -> tuple[Status, st
 #: What the CPU forkserver imports once, before it forks any engine worker: the worker modules and vLLM's engine
 #: entry points (the rest of an import that ``spawn`` repeats for every engine).
 FORKSERVER_PRELOAD = ("fp8lab.engine_worker", "fp8lab.serving_worker", "fp8lab.decode_worker", "fp8lab.prefix_worker",
-                      "vllm", "vllm.entrypoints.llm", "vllm.v1.engine.async_llm", "vllm.engine.arg_utils")
+                      "vllm", "vllm.entrypoints.llm", "vllm.v1.engine.async_llm", "vllm.engine.arg_utils",
+                      "vllm.v1.engine.core")
 
 
 def worker_context() -> Any:
@@ -315,17 +316,69 @@ class _CallersEnvironment:
     def __init__(self, ctx: Any):
         self._ctx = ctx
 
+    def __getattr__(self, name: str) -> Any:  # Queue, Event, ...: the forkserver context's own
+        return getattr(self._ctx, name)
+
     def Pipe(self, duplex: bool = True) -> Any:  # noqa: N802 - multiprocessing's name
         return self._ctx.Pipe(duplex)
 
-    def Process(self, target: Any, args: tuple = (), name: str | None = None) -> Any:  # noqa: N802
-        return self._ctx.Process(target=_in_environment, args=(dict(os.environ), target, tuple(args)), name=name)
+    def Process(self, target: Any = None, name: str | None = None, args: tuple = (),  # noqa: N802
+                kwargs: dict | None = None, daemon: bool | None = None) -> Any:
+        proc = _EnvironmentProcess(target=_in_environment, name=name, daemon=daemon,
+                                   args=({}, None, target, tuple(args), dict(kwargs or {})))
+        return proc
 
 
-def _in_environment(environ: dict[str, str], target: Any, args: tuple) -> None:
+class _EnvironmentProcess(mp.get_context("forkserver").Process if hasattr(os, "fork") else mp.Process):  # type: ignore[misc]
+    """A forkserver process that takes the caller's environment (and process group, see :func:`_in_environment`)
+    when ``start`` is called: vLLM sets variables around ``start`` for the process it starts."""
+
+    def start(self) -> None:
+        _, _, target, args, kwargs = self._args  # type: ignore[attr-defined]
+        group = os.getpgrp() if hasattr(os, "getpgrp") else None
+        self._args = (dict(os.environ), group, target, args, kwargs)
+        super().start()
+
+
+def _in_environment(environ: dict[str, str], group: int | None, target: Any, args: tuple, kwargs: dict) -> None:
+    """A forkserver child's first step: the starting process's environment; and its process group when that is not
+    the forkserver's own (an engine core started by a worker joins the worker's group, so killing the worker's
+    group kills it too, as it would a spawned child of the worker)."""
+    if group is not None and group != os.getpgrp():
+        try:
+            os.setpgid(0, group)
+        except OSError:  # the group is gone (the worker died first): nothing to join, die as its engine would
+            os._exit(1)
     os.environ.clear()
     os.environ.update(environ)
-    target(*args)
+    target(*args, **kwargs)
+
+
+def core_from_forkserver() -> bool:
+    """In an engine worker forked from fp8lab's CPU forkserver (:func:`worker_context`): have vLLM start an
+    ``AsyncLLM``'s engine core from the same forkserver, ready (vLLM imported) instead of spawned (vLLM's CPU platform
+    forces ``spawn``: a fresh interpreter importing vLLM again, about 10-20 s of each start on 2 cores). The core
+    takes the worker's environment and joins its process group (:func:`_in_environment`), so it is killed with the
+    worker, and :class:`fp8lab.devices.MemoryProbe` counts it. Returns False, changing nothing, anywhere else (a GPU,
+    ``$FP8LAB_VLLM_PROCESSES``, a process that is not such a worker, a vLLM without the hook)."""
+    from multiprocessing import forkserver
+
+    from fp8lab import devices
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    if not devices.cpu_layout() or server._forkserver_address is None or server._forkserver_alive_fd is None:
+        return False
+    try:
+        from vllm.v1.engine import utils as core_utils
+    except ImportError:
+        return False
+    if not callable(getattr(core_utils, "get_mp_context", None)):
+        return False
+    if server._forkserver_pid is None:  # the server is this worker's parent's, already running: connect, never start
+        server.ensure_running = lambda: None  # type: ignore[method-assign]
+    ctx = _CallersEnvironment(mp.get_context("forkserver"))
+    core_utils.get_mp_context = lambda: ctx
+    return True
 
 
 def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (), *, driver: Driver = "llm",

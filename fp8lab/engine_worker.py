@@ -387,6 +387,10 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
 
+            from fp8lab.engine import core_from_forkserver
+
+            res["engine"]["engine_core_start"] = "forkserver" if core_from_forkserver() else "vllm"
+            t0 = time.perf_counter()
             engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
             vcfg = engine.vllm_config
         else:

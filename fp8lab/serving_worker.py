@@ -40,10 +40,14 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from fp8lab.engine import core_from_forkserver
+
+        core_start = "forkserver" if core_from_forkserver() else "vllm"
         t0 = time.perf_counter()
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**ew._engine_kwargs(spec)))
         facts = {
             "engine_start_s": time.perf_counter() - t0,
+            "engine_core_start": core_start,
             "mem_kind": mem.kind,
             "mem_baseline_bytes": base,
             **ew.engine_facts(engine.vllm_config, mem, async_engine=True),

@@ -1,7 +1,7 @@
 """Study 03 on real CPU vLLM and the shipped model: determinism of auto against itself, a visible FP8
 effect, the CPU cache op's rounding matched bit for bit, and the K/V capture checked against the model.
 
-The engine runs use notebook 03's parameters on the ``cpu-tiny`` profile restricted to auto and fp8,
+The engine runs use notebook 03's parameters on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions) restricted to auto and fp8,
 in this session's results store, so ``tests/notebooks/test_nb03.py`` loads these runs instead of
 starting the same engines again (only the dtypes added by the profile run there).
 """
@@ -17,7 +17,7 @@ import torch
 from fp8lab import fp8formats as ff
 from fp8lab import quality as q
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.report import TEST_PROFILE, load_profile, resolved_parameters
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
 
 @pytest.fixture(scope="module")
 def runs(model_overrides, runs_root):
-    params = resolved_parameters(NB03, load_profile("cpu-tiny"), {**model_overrides, "KV_DTYPES": ["auto", "fp8"]})
+    params = resolved_parameters(NB03, load_profile(TEST_PROFILE), {**model_overrides, "KV_DTYPES": ["auto", "fp8"]})
     spec = q.QualitySpec.from_params(params)
     return q.run_quality(spec)
 

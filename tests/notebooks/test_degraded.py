@@ -26,8 +26,8 @@ def no_native_fp8():
         os.environ[NATIVE_FP8_ENV] = old
 
 
-def test_nb01_says_what_was_not_measured(no_native_fp8, run_cpu_tiny, model_overrides):
-    params, s = run_cpu_tiny(NOTEBOOKS_DIR / "01_kv_dtype_auto_vs_fp8.ipynb", model_overrides)
+def test_nb01_says_what_was_not_measured(no_native_fp8, run_nb, model_overrides):
+    params, s = run_nb(NOTEBOOKS_DIR / "01_kv_dtype_auto_vs_fp8.ipynb", model_overrides)
     assert s["degraded"] is True
     assert (
         s["not_measured"].startswith("Not measured: the serving throughput")
@@ -42,8 +42,8 @@ def test_nb01_says_what_was_not_measured(no_native_fp8, run_cpu_tiny, model_over
     assert not any(k.startswith("fp8.") and k.endswith(("tok_s", "ttft_ms")) for k in s)  # nothing measured
 
 
-def test_nb03_runs_fp8_emulated(no_native_fp8, run_cpu_tiny, model_overrides):
-    _, s = run_cpu_tiny(
+def test_nb03_runs_fp8_emulated(no_native_fp8, run_nb, model_overrides):
+    _, s = run_nb(
         NOTEBOOKS_DIR / "03_quality_token_match.ipynb", {**model_overrides, "KV_DTYPES": ["auto", "fp8"]}
     )
     emu = "fp8 (emulated)"
@@ -57,13 +57,13 @@ def test_nb03_runs_fp8_emulated(no_native_fp8, run_cpu_tiny, model_overrides):
     assert s["emulation_vs_native"].startswith("Emulated vs native FP8: not compared here")
 
 
-def test_nb07_measures_auto_and_says_fp8_was_not_measured(no_native_fp8, run_cpu_tiny, model_overrides, tmp_path,
+def test_nb07_measures_auto_and_says_fp8_was_not_measured(no_native_fp8, run_nb, model_overrides, tmp_path,
                                                            monkeypatch):
     """Study 07 (prefix cache): an emulated FP8 cache keeps auto's block count, so it cannot stand in for the study's
     effect (twice the blocks); fp8 is refused before any engine starts, auto is measured, and the run stays
     incomplete so that a device with the kernel fills fp8 in."""
     monkeypatch.setenv("FP8LAB_RUNS", str(tmp_path / "runs"))  # its own store: the native test must not load it
-    _, s = run_cpu_tiny(NOTEBOOKS_DIR / "07_prefix_cache.ipynb", model_overrides)
+    _, s = run_nb(NOTEBOOKS_DIR / "07_prefix_cache.ipynb", model_overrides)
     assert s["engines_status"] == {"auto": "ok", "fp8": "unsupported"}
     assert "FP8LAB_NATIVE_FP8=0" in s["engine_errors"]["fp8"]
     assert s["claim_verdict"] == "not measured" and s["complete"] is False

@@ -1,11 +1,11 @@
-"""Notebook 00 executed top to bottom by papermill on the cpu-tiny profile, checked through its summary."""
+"""Notebook 00 executed top to bottom by papermill on the test profile (cpu-ci, cpu-tiny with fewer repetitions), checked through its summary."""
 
 from __future__ import annotations
 
 import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import load_profile, parameters_for, run_notebook
+from fp8lab.report import TEST_PROFILE, load_profile, parameters_for, run_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
@@ -15,7 +15,7 @@ def nb00(tmp_path_factory, runs_root):
     nb = NOTEBOOKS_DIR / "00_kv_memory_estimation.ipynb"
     out = tmp_path_factory.mktemp("nb00")
     # section 6 reads this session's results store, which holds (at least) section 5's own engines
-    params = {**parameters_for(nb, load_profile("cpu-tiny")), "ENGINE_RECORDS": [str(runs_root)]}
+    params = {**parameters_for(nb, load_profile(TEST_PROFILE)), "ENGINE_RECORDS": [str(runs_root)]}
     entry = run_notebook(nb, out, params, progress=False)
     return entry, out
 

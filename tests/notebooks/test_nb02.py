@@ -1,4 +1,4 @@
-"""Notebook 02 executed top to bottom by papermill on the ``cpu-tiny`` profile; asserts on its summary.
+"""Notebook 02 executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions); asserts on its summary.
 
 Study 03's engines (reference auto, auto, fp8) run in the ``03_quality`` store of this session, so they
 are shared with notebook 03 whenever both notebooks use the same Study 03 parameters."""
@@ -15,8 +15,8 @@ NB02 = NOTEBOOKS_DIR / "02_calibration_32_tokens.ipynb"
 
 
 @pytest.fixture(scope="module")
-def nb02(run_cpu_tiny, model_overrides):
-    return run_cpu_tiny(NB02, model_overrides)
+def nb02(run_nb, model_overrides):
+    return run_nb(NB02, model_overrides)
 
 
 def test_calibration_sets_and_sizes(nb02):

@@ -1,4 +1,4 @@
-"""Notebook 03 executed top to bottom by papermill on the ``cpu-tiny`` profile; asserts on its summary.
+"""Notebook 03 executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions); asserts on its summary.
 
 Run after ``tests/integration/test_quality_cpu.py`` in the same session, the auto and fp8 engines are
 loaded from the session's results store; only the dtypes the profile adds start here."""
@@ -15,8 +15,8 @@ NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
 
 
 @pytest.fixture(scope="module")
-def nb03(run_cpu_tiny, model_overrides):
-    return run_cpu_tiny(NB03, model_overrides)
+def nb03(run_nb, model_overrides):
+    return run_nb(NB03, model_overrides)
 
 
 def test_summary_has_every_dtype(nb03):

@@ -1,4 +1,4 @@
-"""Notebook 04 executed top to bottom by papermill on the ``cpu-tiny`` profile; asserts on its summary.
+"""Notebook 04 executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions); asserts on its summary.
 
 Expectations are derived from the parameters the profile gives (the KV budget, the grid), by the
 formula, so they hold for whichever budget the profile sets."""
@@ -18,8 +18,8 @@ NB04 = NOTEBOOKS_DIR / "04_long_context_ramp_128k.ipynb"
 
 
 @pytest.fixture(scope="module")
-def nb04(run_cpu_tiny, tiny_model):
-    params, summary = run_cpu_tiny(NB04, {"MODEL": tiny_model, "QUALITY_MODEL": tiny_model})
+def nb04(run_nb, tiny_model):
+    params, summary = run_nb(NB04, {"MODEL": tiny_model, "QUALITY_MODEL": tiny_model})
     return params, lc.LongCtxPlan.from_params(params), summary
 
 

@@ -1,4 +1,4 @@
-"""Notebook 06 (decode speed) executed top to bottom by papermill on the ``cpu-tiny`` profile; asserts on the
+"""Notebook 06 (decode speed) executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions); asserts on the
 summary it wrote. The grid and the KV budget are the profile's, so the expectations hold for whichever small
 grid it sets; the KV block counts are derived here from the model's config by hand (and by the formula)."""
 
@@ -19,8 +19,8 @@ NB06 = NOTEBOOKS_DIR / "06_decode_speed.ipynb"
 
 
 @pytest.fixture(scope="module")
-def nb06(run_cpu_tiny, tiny_model):
-    params, summary = run_cpu_tiny(NB06, {"MODEL": tiny_model})
+def nb06(run_nb, tiny_model):
+    params, summary = run_nb(NB06, {"MODEL": tiny_model})
     return params, decode.DecodeSpec.from_params(params), summary
 
 

@@ -1,4 +1,4 @@
-"""Notebook 07 executed top to bottom by papermill on the ``cpu-tiny`` profile; asserts on its summary.
+"""Notebook 07 executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions); asserts on its summary.
 
 Two engine starts (one per dtype, both serving the whole sweep). Expectations come from the profile's parameters
 through the block arithmetic, so they hold for whichever budget the profile sets."""
@@ -16,8 +16,8 @@ NB07 = NOTEBOOKS_DIR / "07_prefix_cache.ipynb"
 
 
 @pytest.fixture(scope="module")
-def nb07(run_cpu_tiny, tiny_model):
-    params, summary = run_cpu_tiny(NB07, {"MODEL": tiny_model})
+def nb07(run_nb, tiny_model):
+    params, summary = run_nb(NB07, {"MODEL": tiny_model})
     return px.PrefixSpec.from_params(params), summary
 
 

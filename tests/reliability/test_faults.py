@@ -95,6 +95,30 @@ def test_engine_past_its_timeout_is_killed_with_all_its_children(tiny_model, tmp
     assert engine_processes() == []
 
 
+def test_async_engine_past_its_timeout_is_killed_with_its_engine_core(tiny_model, tmp_path, engine_processes):
+    """The async driver's engine core is a process of its own (on a CPU forked from fp8lab's forkserver, so not the
+    worker's child: it joins the worker's process group). A timeout kills it with the worker, leaving nothing."""
+    spec = EngineSpec(model=tiny_model, kv_cache_gib=0.25, max_model_len=2048, timeout_s=12)
+    long = [Request(prompt_token_ids=PROMPT, max_tokens=1900) for _ in range(32)]
+    seen: list = []
+
+    def watch() -> None:  # the engine's processes while it runs: the worker and its core
+        deadline = time.time() + 60
+        while time.time() < deadline and len(seen) < 2:
+            procs = engine_processes()
+            if len(procs) >= 2:
+                seen.extend(procs)
+            time.sleep(0.5)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    res = run_engine(spec, long, driver="async", work_dir=tmp_path)
+    t.join(70)
+    assert res.status == "timeout" and "timeout_s = 12" in res.error
+    assert len(seen) >= 2, seen  # the worker and its engine core were both seen running
+    assert engine_processes() == []
+
+
 STUDY = textwrap.dedent("""
     import json, sys
     from fp8lab.results import run_cached

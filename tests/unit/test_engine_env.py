@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from fp8lab import devices
@@ -19,7 +22,7 @@ def test_on_a_cpu_the_engine_core_runs_in_the_worker(cpu_only, monkeypatch):
     assert devices.engine_core_layout() == "process"  # vLLM's default until the worker sets it
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     assert devices.engine_core_layout() == "in_process"
-    assert devices.engine_core_layout(async_engine=True) == "process"  # an AsyncLLM always spawns its core
+    assert devices.engine_core_layout(async_engine=True) == "process"  # an AsyncLLM always has a core process
 
 
 def test_a_users_setting_and_the_opt_out_are_kept(cpu_only, monkeypatch):
@@ -35,3 +38,33 @@ def test_on_a_gpu_nothing_changes(monkeypatch):
     monkeypatch.setattr(devices, "_nvml", lambda: object())  # an NVIDIA device is present
     monkeypatch.delenv(devices.DEFAULT_LAYOUT_ENV, raising=False)
     assert devices.engine_env() == {}
+
+
+def test_a_forkserver_child_takes_the_environment_of_the_moment_it_starts(tmp_path, monkeypatch):
+    """vLLM sets variables around ``Process.start`` for the engine core it starts: a child forked from fp8lab's
+    forkserver sees them (as a spawned child would), not the environment at ``Process(...)`` or the server's."""
+    import multiprocessing as mp
+
+    from fp8lab.engine import _CallersEnvironment
+
+    ctx = _CallersEnvironment(mp.get_context("forkserver"))
+    out = tmp_path / "env.txt"
+    monkeypatch.setenv("FP8LAB_TEST_VAR", "at-construction")
+    proc = ctx.Process(target=os.system, args=(f'echo "$FP8LAB_TEST_VAR" > {out}',), name="fp8lab-env-test")
+    monkeypatch.setenv("FP8LAB_TEST_VAR", "at-start")
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0 and out.read_text().strip() == "at-start"
+    assert ctx.Queue is not None  # the rest of the context is the forkserver's own (vLLM asks for a Queue)
+
+
+def test_the_memory_probe_finds_the_members_of_a_process_group():
+    """A worker leading its process group counts an engine core that joined the group from elsewhere (an AsyncLLM's
+    core forked from the forkserver is not the worker's child): ``_group_members`` lists the group, nothing else."""
+    child = subprocess.Popen(["sleep", "30"], process_group=0)  # a group of its own
+    try:
+        assert devices._group_members(child.pid) == [child.pid]
+        assert child.pid not in devices._group_members(os.getpgrp())
+    finally:
+        child.kill()
+        child.wait()

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fp8lab.report import list_notebooks, load_profile, load_profiles, record_summary, write_index
+from fp8lab.report import TEST_PROFILE, list_notebooks, load_profile, load_profiles, record_summary, write_index
 from fp8lab.specs import SpecError
 
 
@@ -42,6 +42,26 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
         if isinstance(was, list) and k != "ARRIVALS":
             assert all(x in was for x in now), (nb, k, now, was)
     assert "fewer" in quick["description"] and "cpu-tiny" in quick["description"]
+
+
+def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
+    """The suite's notebook tier (cpu-ci) runs cpu-tiny's model, budgets and workloads, and every code path cpu-tiny
+    exercises (what cpu-quick drops: both arrivals, the non-streaming client, the head-reduction twin, the boundary
+    probes, the refused block size 16, all prefix-cache workloads); only repetitions and grid points shrink."""
+    ci, tiny = load_profile(TEST_PROFILE), load_profile("cpu-tiny")
+    assert TEST_PROFILE == "cpu-ci" and ci["extends"] == "cpu-tiny" and ci["params"] == tiny["params"]
+    changed = {(nb, k) for nb, entry in ci["notebooks"].items() for k, v in entry.items()
+               if (tiny["notebooks"].get(nb) or {}).get(k, object()) != v}
+    assert changed and {k for _, k in changed} <= {"TRIALS", "REPS", "CONTEXTS", "PPL_WINDOWS", "TASK_ITEMS",
+                                                     "SWEEP_BLOCK_SIZES", "MIN_LENGTH"}, changed
+    for nb, k in changed:
+        was, now = tiny["notebooks"][nb][k], ci["notebooks"][nb][k]
+        if isinstance(was, list):
+            assert all(x in was for x in now) and len(now) >= 2, (nb, k, now, was)
+        elif k != "MIN_LENGTH":
+            assert 3 <= now < was, (nb, k, now, was)  # t-intervals keep at least 2 degrees of freedom
+    nb04 = ci["notebooks"]["04_long_context_ramp_128k"]
+    assert 16 in nb04["SWEEP_BLOCK_SIZES"] and any(b % 32 == 0 for b in nb04["SWEEP_BLOCK_SIZES"])
 
 
 def test_a_profile_extends_another(tmp_path):
