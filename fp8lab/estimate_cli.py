@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, overload
 
 from fp8lab import kvmath
 from fp8lab.specs import SpecError
@@ -52,6 +52,12 @@ def add_estimate_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+@overload
+def _int_arg(name: str, text: str, lo: int = 1) -> int: ...
+@overload
+def _int_arg(name: str, text: None, lo: int = 1) -> None: ...
+@overload
+def _int_arg(name: str, text: str | None, lo: int = 1) -> int | None: ...
 def _int_arg(name: str, text: str | None, lo: int = 1) -> int | None:
     if text is None:
         return None

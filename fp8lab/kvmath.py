@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeGuard, get_args, overload
 
 from fp8lab.specs import KVDtype, SpecError
 
@@ -64,7 +64,7 @@ def _fail(field_name: str, value: Any, allowed: str, spec: str = "config") -> Sp
     return SpecError(spec, field_name, value, allowed)
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -215,6 +215,10 @@ def _first(c: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
+@overload
+def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: Literal[True] = True) -> int: ...
+@overload
+def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: bool) -> int | None: ...
 def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: bool = True) -> int | None:
     v = _first(c, *keys)
     if v is None and not required:
@@ -309,7 +313,8 @@ def model_max_len(config: Mapping[str, Any] | str | Path) -> tuple[int | None, s
     ``(None, None)`` when the config names no length (vLLM then assumes 2048 or takes the user's)."""
     cfg = load_config(config)
     c = text_config(cfg)
-    best, key = None, None
+    best: int | None = None
+    key: str | None = None
     for k in MAX_LEN_KEYS:
         v = c.get(k)
         if _is_int(v) and v > 0 and (best is None or v < best):
@@ -480,8 +485,9 @@ def kv_bytes_per_sequence(layout: LayoutLike, context_len: int, kv_dtype: str = 
     _need_int(context_len, "context_len")
     per_layer = _per_layer(lay, kv_dtype, tp)
     total = 0
+    window = lay.sliding_window  # an int whenever a layer slides (KVLayout checks it)
     for kind in lay.layer_kinds:
-        tokens = min(context_len, lay.sliding_window) if kind == "sliding" else context_len  # type: ignore[type-var]
+        tokens = min(context_len, window) if kind == "sliding" and window is not None else context_len
         total += tokens * per_layer
     return total
 

@@ -279,12 +279,12 @@ def decode_steps(records: pd.DataFrame) -> pd.DataFrame:
             gaps.append((i, itl[k], times[k + 1], r.prompt_tokens + k + 1))
     if not gaps:
         return pd.DataFrame(columns=["request", "itl_s", "t_s", "batch", "kv_tokens", "context"])
-    starts, ends, prompts = np.asarray(starts), np.asarray(ends), np.asarray(prompts, dtype=float)
+    start_a, end_a, prompt_a = np.asarray(starts), np.asarray(ends), np.asarray(prompts, dtype=float)
     all_tok = np.sort(np.concatenate(tok_times))
-    order_s, order_e = np.argsort(starts), np.argsort(ends)
-    s_sorted, e_sorted = starts[order_s], ends[order_e]
-    cum_p_s = np.concatenate([[0.0], np.cumsum(prompts[order_s])])
-    cum_p_e = np.concatenate([[0.0], np.cumsum(prompts[order_e])])
+    order_s, order_e = np.argsort(start_a), np.argsort(end_a)
+    s_sorted, e_sorted = start_a[order_s], end_a[order_e]
+    cum_p_s = np.concatenate([[0.0], np.cumsum(prompt_a[order_s])])
+    cum_p_e = np.concatenate([[0.0], np.cumsum(prompt_a[order_e])])
     ntok = np.asarray([t.size for t in tok_times], dtype=float)
     cum_n_e = np.concatenate([[0.0], np.cumsum(ntok[order_e])])
     g = np.asarray(gaps)

@@ -39,7 +39,8 @@ def weight_bytes_per_step(model: kvmath.LayoutLike, weight_dtype: str = "auto", 
         tied = lay.model_type.startswith("gemma")
     if not tied:
         per = total // kvmath.estimate_param_count(lay)
-        total -= int(c["vocab_size"]) * int(c.get("hidden_size") or c.get("n_embd") or c.get("d_model")) * per
+        # estimate_param_count has required vocab_size and one of these widths (SpecError otherwise)
+        total -= int(c["vocab_size"]) * int(c.get("hidden_size") or c.get("n_embd") or c["d_model"]) * per
     return int(total // tp)
 
 

@@ -217,7 +217,7 @@ def paired_delta(a: Sequence[float], b: Sequence[float], ci: float = 0.95) -> Pa
     (10.0, 10.0, 3)
     """
     a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    r = paired_ratio(a_, b_, ci)
+    r = paired_ratio(a, b, ci)
     ok = np.isfinite(a_) & np.isfinite(b_) & (a_ > 0) & (b_ > 0)
     pct = (lambda v: 100.0 * (v - 1.0))  # noqa: E731
     return PairedDelta(float(a_[ok].mean()) if ok.any() else math.nan, float(b_[ok].mean()) if ok.any() else math.nan,

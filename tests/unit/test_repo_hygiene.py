@@ -1,10 +1,12 @@
-"""Repository checks CI enforces: notebooks committed stripped with one parameters cell; ruff clean."""
+"""Repository checks CI enforces: notebooks committed stripped with one parameters cell; ruff clean; mypy clean on
+the bottom layers."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import nbformat
 import pytest
@@ -34,6 +36,17 @@ def test_ruff_clean():
     res = subprocess.run([ruff, "check", "fp8lab", "tests", "notebooks", "scripts"], cwd=REPO_ROOT,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
+
+
+def test_mypy_clean():
+    """mypy on the modules ``[tool.mypy] files`` in pyproject.toml lists (the bottom layers), with its settings there;
+    the summary line shows it read that configuration and checked every one of them."""
+    files = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    assert "fp8lab/kvmath.py" in files and all((REPO_ROOT / f).is_file() for f in files), files
+    mypy = shutil.which("mypy") or str(REPO_ROOT / ".venv/bin/mypy")
+    res = subprocess.run([mypy, "--python-executable", sys.executable], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
+    assert f"no issues found in {len(files)} source files" in res.stdout, res.stdout
 
 
 def test_package_imports_without_torch():
