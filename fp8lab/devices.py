@@ -47,8 +47,9 @@ def engine_env() -> dict[str, str]:
 
     On a CPU (no NVIDIA device), ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: an ``LLM`` engine's core then runs in
     the worker itself and its model executor in the core, instead of two more spawned processes that each
-    import vLLM again (about 20 of a 30 s engine start on 2 cores; an ``AsyncLLM`` keeps its core process and
-    drops the executor's). The model runs the same way either way: one OpenMP thread bound to a core (vLLM's
+    import vLLM again (about 20 of a 30 s engine start on 2 cores; an ``AsyncLLM`` keeps its core process, forked
+    from the same server as the worker (:func:`fp8lab.engine.core_from_forkserver`; records: ``engine_core_start``),
+    and drops the executor's). The model runs the same way either way: one OpenMP thread bound to a core (vLLM's
     CPU worker reserves the other core for the front end). On a GPU nothing is set: vLLM's defaults, as every
     GPU record was measured. A variable already in the environment is kept, and ``$FP8LAB_VLLM_PROCESSES``
     keeps vLLM's default layout on a CPU too. Engine records say which layout ran (``engine_core``).

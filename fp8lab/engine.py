@@ -232,13 +232,37 @@ def unsupported_by_vllm(spec: EngineSpec) -> str | None:
     return None
 
 
-def _kill_group(pid: int) -> None:
+def _kill_group(pid: int, wait_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL, to the worker's process group ``pid``; then wait (up to ``wait_s``) until no live
+    process is left in it. An engine core that joined the group without being the worker's child (an ``AsyncLLM``'s
+    core forked from the forkserver, :func:`core_from_forkserver`) is not reaped by anything here, so its exit is
+    awaited: the next engine starts after this one's memory is back."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError, OSError):
             return
         time.sleep(0.5 if sig == signal.SIGTERM else 0)
+    from fp8lab.devices import _group_members
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(_alive(p) for p in _group_members(pid)):
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (Linux ``/proc``; elsewhere: exists)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
 
 
 def _reap_descendants(pid: int) -> None:

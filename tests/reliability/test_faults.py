@@ -116,7 +116,8 @@ def test_async_engine_past_its_timeout_is_killed_with_its_engine_core(tiny_model
     t.join(70)
     assert res.status == "timeout" and "timeout_s = 12" in res.error
     assert len(seen) >= 2, seen  # the worker and its engine core were both seen running
-    assert engine_processes() == []
+    left = engine_processes()
+    assert left == [], [(p.pid, p.ppid(), os.getpgid(p.pid), p.cmdline()[-3:]) for p in left]
 
 
 STUDY = textwrap.dedent("""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -68,3 +69,21 @@ def test_the_memory_probe_finds_the_members_of_a_process_group():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_killed_group_is_awaited_until_no_member_lives():
+    """``_kill_group`` returns once every process of the group is gone (a zombie counts as gone): a member that is
+    not the caller's child (an AsyncLLM's core forked from the forkserver) is waited for, not left exiting."""
+    from fp8lab.engine import _alive, _kill_group
+
+    leader = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & sleep 60"], process_group=0)
+    try:
+        time.sleep(0.3)
+        members = devices._group_members(leader.pid)
+        assert leader.pid in members and len(members) >= 2  # the shell and its two sleeps
+        _kill_group(leader.pid)
+        assert not any(_alive(p) for p in members)  # all killed; the leader a zombie until reaped below
+        assert _alive(os.getpid()) and not _alive(leader.pid)
+    finally:
+        leader.kill()
+        leader.wait()
