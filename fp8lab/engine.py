@@ -320,13 +320,18 @@ def worker_context() -> Any:
     worker after the first is forked ready instead of importing vLLM again (about 10 s of a CPU engine start on 2
     cores). Each worker is still its own process, killed with its whole group when its run ends; it sets its
     environment (:func:`fp8lab.engine_worker.prepare_worker`) before it builds an engine, and vLLM reads its
-    variables when an engine is built, not when it is imported. On a GPU, or with ``$FP8LAB_VLLM_PROCESSES`` set:
-    ``spawn``, a fresh interpreter per worker (vllm-notes section 5: nothing of CUDA may be inherited, and
+    variables when an engine is built, not when it is imported. On a GPU, with ``$FP8LAB_VLLM_PROCESSES`` set, or
+    in a process that already runs a forkserver started for something else (without vLLM preloaded): ``spawn``, a fresh interpreter per worker (vllm-notes section 5: nothing of CUDA may be inherited, and
     ``CUDA_VISIBLE_DEVICES`` must be set before torch is imported).
     """
     from fp8lab import devices
 
     if devices.cpu_layout():
+        from multiprocessing import forkserver
+
+        server = forkserver._forkserver  # type: ignore[attr-defined]
+        if server._forkserver_pid is not None and list(server._preload_modules) != list(FORKSERVER_PRELOAD):
+            return mp.get_context("spawn")  # this process already runs a forkserver of its own, without vLLM loaded
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
         return _CallersEnvironment(ctx)

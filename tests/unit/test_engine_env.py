@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -41,22 +43,30 @@ def test_on_a_gpu_nothing_changes(monkeypatch):
     assert devices.engine_env() == {}
 
 
-def test_a_forkserver_child_takes_the_environment_of_the_moment_it_starts(tmp_path, monkeypatch):
+def test_a_forkserver_child_takes_the_environment_of_the_moment_it_starts(tmp_path):
     """vLLM sets variables around ``Process.start`` for the engine core it starts: a child forked from fp8lab's
-    forkserver sees them (as a spawned child would), not the environment at ``Process(...)`` or the server's."""
-    import multiprocessing as mp
-
-    from fp8lab.engine import _CallersEnvironment
-
-    ctx = _CallersEnvironment(mp.get_context("forkserver"))
+    forkserver sees them (as a spawned child would), not the environment at ``Process(...)`` or the server's. Run in
+    a fresh interpreter: a forkserver started here without vLLM preloaded would be the one this test session's
+    engine workers fork from (``worker_context`` then falls back to spawn)."""
     out = tmp_path / "env.txt"
-    monkeypatch.setenv("FP8LAB_TEST_VAR", "at-construction")
-    proc = ctx.Process(target=os.system, args=(f'echo "$FP8LAB_TEST_VAR" > {out}',), name="fp8lab-env-test")
-    monkeypatch.setenv("FP8LAB_TEST_VAR", "at-start")
-    proc.start()
-    proc.join(60)
-    assert proc.exitcode == 0 and out.read_text().strip() == "at-start"
-    assert ctx.Queue is not None  # the rest of the context is the forkserver's own (vLLM asks for a Queue)
+    code = textwrap.dedent(f"""
+        import multiprocessing as mp, os
+        from fp8lab.engine import _CallersEnvironment, worker_context
+        ctx = _CallersEnvironment(mp.get_context("forkserver"))
+        os.environ["FP8LAB_TEST_VAR"] = "at-construction"
+        proc = ctx.Process(target=os.system, args=('echo "$FP8LAB_TEST_VAR" > {out}',), name="fp8lab-env-test")
+        os.environ["FP8LAB_TEST_VAR"] = "at-start"
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == 0 and ctx.Queue is not None  # the rest is the forkserver context's own
+        print(worker_context().get_start_method())  # a forkserver without vLLM runs here: workers spawn
+    """)
+    env = {**os.environ, "FP8LAB_VLLM_PROCESSES": "", "CUDA_VISIBLE_DEVICES": ""}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text().strip() == "at-start"
+    if devices.cpu_layout():
+        assert res.stdout.split()[-1] == "spawn"
 
 
 def test_the_memory_probe_finds_the_members_of_a_process_group():
