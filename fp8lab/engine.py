@@ -321,7 +321,8 @@ def worker_context() -> Any:
     cores). Each worker is still its own process, killed with its whole group when its run ends; it sets its
     environment (:func:`fp8lab.engine_worker.prepare_worker`) before it builds an engine, and vLLM reads its
     variables when an engine is built, not when it is imported. On a GPU, with ``$FP8LAB_VLLM_PROCESSES`` set, or
-    in a process that already runs a forkserver started for something else (without vLLM preloaded): ``spawn``, a fresh interpreter per worker (vllm-notes section 5: nothing of CUDA may be inherited, and
+    in a process that already runs a forkserver started for something else (without vLLM preloaded): ``spawn``,
+    a fresh interpreter per worker (vllm-notes section 5: nothing of CUDA may be inherited, and
     ``CUDA_VISIBLE_DEVICES`` must be set before torch is imported).
     """
     from fp8lab import devices
@@ -342,8 +343,9 @@ class _CallersEnvironment:
     """A forkserver context whose workers start with the caller's environment as it is when they start (as a
     spawned one would), not the environment the forkserver inherited when it started."""
 
-    def __init__(self, ctx: Any):
+    def __init__(self, ctx: Any, join_group: bool = False):
         self._ctx = ctx
+        self._join_group = join_group
 
     def __getattr__(self, name: str) -> Any:  # Queue, Event, ...: the forkserver context's own
         return getattr(self._ctx, name)
@@ -355,6 +357,7 @@ class _CallersEnvironment:
                 kwargs: dict | None = None, daemon: bool | None = None) -> Any:
         proc = _EnvironmentProcess(target=_in_environment, name=name, daemon=daemon,
                                    args=({}, None, target, tuple(args), dict(kwargs or {})))
+        proc.join_group = self._join_group
         return proc
 
 
@@ -362,17 +365,19 @@ class _EnvironmentProcess(mp.get_context("forkserver").Process if hasattr(os, "f
     """A forkserver process that takes the caller's environment (and process group, see :func:`_in_environment`)
     when ``start`` is called: vLLM sets variables around ``start`` for the process it starts."""
 
+    join_group = False  # an engine core (core_from_forkserver) joins the starting worker's process group
+
     def start(self) -> None:
         _, _, target, args, kwargs = self._args  # type: ignore[attr-defined]
-        group = os.getpgrp() if hasattr(os, "getpgrp") else None
+        group = os.getpgrp() if self.join_group and hasattr(os, "getpgrp") else None
         self._args = (dict(os.environ), group, target, args, kwargs)
         super().start()
 
 
 def _in_environment(environ: dict[str, str], group: int | None, target: Any, args: tuple, kwargs: dict) -> None:
-    """A forkserver child's first step: the starting process's environment; and its process group when that is not
-    the forkserver's own (an engine core started by a worker joins the worker's group, so killing the worker's
-    group kills it too, as it would a spawned child of the worker)."""
+    """A forkserver child's first step: the starting process's environment; and, for an engine core (``group`` given),
+    the starting worker's process group, so killing the worker's group kills it too, as it would a spawned child of
+    the worker. fp8lab's own workers take no group here: each makes a group of its own."""
     if group is not None and group != os.getpgrp():
         try:
             os.setpgid(0, group)
@@ -405,7 +410,7 @@ def core_from_forkserver() -> bool:
         return False
     if server._forkserver_pid is None:  # the server is this worker's parent's, already running: connect, never start
         server.ensure_running = lambda: None  # type: ignore[method-assign]
-    ctx = _CallersEnvironment(mp.get_context("forkserver"))
+    ctx = _CallersEnvironment(mp.get_context("forkserver"), join_group=True)
     core_utils.get_mp_context = lambda: ctx
     return True
 
