@@ -115,7 +115,11 @@ class MemoryProbe:
             me = psutil.Process()
             procs = {me, *me.children(recursive=True)}
             if hasattr(os, "getpgrp") and os.getpgrp() == me.pid:  # a worker leading its group: an engine core
-                procs |= {psutil.Process(p) for p in _group_members(me.pid)}  # forked elsewhere joined it
+                for pid in _group_members(me.pid):  # forked elsewhere joined it
+                    try:
+                        procs.add(psutil.Process(pid))
+                    except psutil.Error:  # gone since the scan: not a reason to lose the whole sample
+                        pass
             total = 0
             for p in procs:
                 try:

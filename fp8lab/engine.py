@@ -388,12 +388,13 @@ def _in_environment(environ: dict[str, str], group: int | None, target: Any, arg
     target(*args, **kwargs)
 
 
-def core_from_forkserver() -> bool:
+def core_from_forkserver() -> str:
     """In an engine worker forked from fp8lab's CPU forkserver (:func:`worker_context`): have vLLM start an
     ``AsyncLLM``'s engine core from the same forkserver, ready (vLLM imported) instead of spawned (vLLM's CPU platform
     forces ``spawn``: a fresh interpreter importing vLLM again, about 10-20 s of each start on 2 cores). The core
     takes the worker's environment and joins its process group (:func:`_in_environment`), so it is killed with the
-    worker, and :class:`fp8lab.devices.MemoryProbe` counts it. Returns False, changing nothing, anywhere else (a GPU,
+    worker, and :class:`fp8lab.devices.MemoryProbe` counts it. Returns how the core will start, as engine records
+    say it (``engine_core_start``): ``forkserver``, or ``vllm`` (nothing changed) anywhere else (a GPU,
     ``$FP8LAB_VLLM_PROCESSES``, a process that is not such a worker, a vLLM without the hook)."""
     from multiprocessing import forkserver
 
@@ -401,18 +402,18 @@ def core_from_forkserver() -> bool:
 
     server = forkserver._forkserver  # type: ignore[attr-defined]
     if not devices.cpu_layout() or server._forkserver_address is None or server._forkserver_alive_fd is None:
-        return False
+        return "vllm"
     try:
         from vllm.v1.engine import utils as core_utils
     except ImportError:
-        return False
+        return "vllm"
     if not callable(getattr(core_utils, "get_mp_context", None)):
-        return False
+        return "vllm"
     if server._forkserver_pid is None:  # the server is this worker's parent's, already running: connect, never start
         server.ensure_running = lambda: None  # type: ignore[method-assign]
     ctx = _CallersEnvironment(mp.get_context("forkserver"), join_group=True)
     core_utils.get_mp_context = lambda: ctx
-    return True
+    return "forkserver"
 
 
 def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (), *, driver: Driver = "llm",

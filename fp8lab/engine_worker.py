@@ -389,8 +389,7 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
 
             from fp8lab.engine import core_from_forkserver
 
-            res["engine"]["engine_core_start"] = "forkserver" if core_from_forkserver() else "vllm"
-            t0 = time.perf_counter()
+            res["engine"]["engine_core_start"] = core_from_forkserver()
             engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
             vcfg = engine.vllm_config
         else:

@@ -42,7 +42,7 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
 
         from fp8lab.engine import core_from_forkserver
 
-        core_start = "forkserver" if core_from_forkserver() else "vllm"
+        core_start = core_from_forkserver()
         t0 = time.perf_counter()
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**ew._engine_kwargs(spec)))
         facts = {
