@@ -1262,8 +1262,10 @@ def rule_mix(rep: Report) -> Finding:
         calm = [k for k, v in pre.items() if not any(v.values()) and k != int(c)]
         if calm and all(f"{_candidate(s)}: {m} @c={max(calm)}" in (s.get("deltas") or {}) for m in CLAIM5):
             hit = ", ".join(f"{d} {int(n)}" for d, n in pre[int(c)].items() if n)
-            note = (f" (c={max(calm)}: the highest concurrency where neither dtype preempted; at the headline c={c} "
-                    f"preemptions were {hit} (all trials), so a gain there is capacity, not the claim's setting)")
+            note = (
+                f" (c={max(calm)}: the highest concurrency where neither dtype preempted; at the headline c={c} "
+                f"preemptions were {hit} (all trials), so a gain there is capacity, not the claim's setting)"
+            )
             c = max(calm)
     parts, text, details, hws = {}, [], {}, []
     for metric, claimed in CLAIM5.items():
@@ -2082,8 +2084,10 @@ def rule_prefix_hit_rate(rep: Report) -> Finding:
     return finding(
         PREFIX_VERDICTS[v],
         s.get("claim_evidence") or "hit rates of both dtypes (07)",
-        "FP8 kept more prefix hits beyond auto's knee" if v == "refuted"
-        else "hit rates equal within 1 pp at every working set" if v == "consistent"
+        "FP8 kept more prefix hits beyond auto's knee"
+        if v == "refuted"
+        else "hit rates equal within 1 pp at every working set"
+        if v == "consistent"
         else "differences not resolved at every working set",
         {"claim_verdict": v, "gains": gains},
         setting=rep.setting("07"),

@@ -54,9 +54,16 @@ def _probe(device: str, size_mib: int, repeats: int) -> dict[str, Any]:
 
         name = cpu_name()
     best = min(times)
-    return {"device": device, "device_name": name, "size_mib": size_mib, "repeats": repeats,
-            "best_s": best, "median_s": sorted(times)[len(times) // 2],
-            "bandwidth_gbs": 2 * nbytes / best / 1e9, "method": "copy (read + write), best of repeats"}
+    return {
+        "device": device,
+        "device_name": name,
+        "size_mib": size_mib,
+        "repeats": repeats,
+        "best_s": best,
+        "median_s": sorted(times)[len(times) // 2],
+        "bandwidth_gbs": 2 * nbytes / best / 1e9,
+        "method": "copy (read + write), best of repeats",
+    }
 
 
 def _has_gpu() -> bool:

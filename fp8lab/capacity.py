@@ -144,8 +144,20 @@ def capacity_check(
 
 #: Columns of :func:`records_check`'s table, in order.
 RECORD_COLUMNS = [
-    "study", "run", "device", "model", "kv_dtype", "status", "error", "block_size", "kv_budget_gib",
-    "tensor_parallel_size", "bytes_per_block", "predicted_blocks", "engine_blocks", "rel_error",
+    "study",
+    "run",
+    "device",
+    "model",
+    "kv_dtype",
+    "status",
+    "error",
+    "block_size",
+    "kv_budget_gib",
+    "tensor_parallel_size",
+    "bytes_per_block",
+    "predicted_blocks",
+    "engine_blocks",
+    "rel_error",
 ]
 
 
@@ -161,7 +173,10 @@ def _resolve_model(path: str, store: Any) -> str | None:
     if Path(path).exists():
         return path
     parts = Path(path).parts
-    for base in (Path(store), REPO_ROOT):  # the same tail of the path under each base, e.g. 02_calibration/..., data/...
+    for base in (
+        Path(store),
+        REPO_ROOT,
+    ):  # the same tail of the path under each base, e.g. 02_calibration/..., data/...
         for k in range(1, len(parts)):
             if (base / parts[k]).is_dir() and (here := base.joinpath(*parts[k:])).exists():
                 return str(here)
@@ -176,8 +191,14 @@ def _run_members(tf: Any) -> list[Any]:
     relative paths without ``..`` (nothing lands outside the scratch folder)."""
     from pathlib import PurePosixPath
 
-    return [m for m in tf.getmembers() if m.isfile() and m.name.endswith(_RUN_FILES)
-            and not PurePosixPath(m.name).is_absolute() and ".." not in PurePosixPath(m.name).parts]
+    return [
+        m
+        for m in tf.getmembers()
+        if m.isfile()
+        and m.name.endswith(_RUN_FILES)
+        and not PurePosixPath(m.name).is_absolute()
+        and ".." not in PurePosixPath(m.name).parts
+    ]
 
 
 def _run_dirs(root: Any, scratch: Any) -> list[Any]:
@@ -187,8 +208,12 @@ def _run_dirs(root: Any, scratch: Any) -> list[Any]:
     from pathlib import Path
 
     def runs_under(folder: Path) -> list[Path]:
-        return [p.parent for p in folder.rglob("engine.json") if (p.parent / "spec.json").exists()
-                and not any(part.startswith(".") for part in p.relative_to(folder).parts)]  # not a half-written run
+        return [
+            p.parent
+            for p in folder.rglob("engine.json")
+            if (p.parent / "spec.json").exists()
+            and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+        ]  # not a half-written run
 
     root = Path(root)
     archives = [root] if root.is_file() else sorted(root.glob("*.tar.gz"))
@@ -197,7 +222,9 @@ def _run_dirs(root: Any, scratch: Any) -> list[Any]:
         dest = Path(scratch) / f"{i}-{a.name.removesuffix('.tar.gz')}"
         with tarfile.open(a) as tf:  # only the small JSON files a check reads (stores hold links and Parquet)
             # tarfile's "data" filter exists from Python 3.11.4; _run_members already keeps plain relative files
-            tf.extractall(dest, members=_run_members(tf), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            tf.extractall(
+                dest, members=_run_members(tf), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {})
+            )
         dirs += runs_under(dest)
     return dirs
 
@@ -206,8 +233,10 @@ def check_record_roots(roots: Any) -> list[str]:
     """``ENGINE_RECORDS`` checked before any engine starts: a list of existing paths (see :func:`_run_dirs`)."""
     from pathlib import Path
 
-    allowed = ("allowed: a list of existing paths, each a results store folder (runs/, $FP8LAB_RUNS), a study or run "
-               "folder in one, a .tar.gz of a store, or a folder of them (reports/h200/records)")
+    allowed = (
+        "allowed: a list of existing paths, each a results store folder (runs/, $FP8LAB_RUNS), a study or run "
+        "folder in one, a .tar.gz of a store, or a folder of them (reports/h200/records)"
+    )
     if isinstance(roots, (str, bytes)) or not isinstance(roots, Sequence):
         raise SpecError("notebook", "ENGINE_RECORDS", roots, "not a list; " + allowed)
     for r in roots:
@@ -255,18 +284,29 @@ def records_check(roots: Sequence[str]) -> Any:
                     kv = eng["dtype"]  # the cache follows the run's model dtype, not the checkpoint's
                 res = SimpleNamespace(status=meta["status"], error=meta.get("error"), engine=e)
                 spec = SimpleNamespace(model=model, kv_cache_dtype=kv, tensor_parallel_size=eng["tensor_parallel_size"])
-                base = {"study": rd.parent.name, "run": rd.name, "device": prov.get("device"),
-                        "tensor_parallel_size": eng["tensor_parallel_size"]}
+                base = {
+                    "study": rd.parent.name,
+                    "run": rd.name,
+                    "device": prov.get("device"),
+                    "tensor_parallel_size": eng["tensor_parallel_size"],
+                }
                 if model is None:
-                    row = {"model": Path(eng["model"]).name, "kv_dtype": eng["kv_cache_dtype"], "status": meta["status"],
-                           "error": f"model config not found here: {eng['model']}", "block_size": e.get("block_size"),
-                           "kv_budget_bytes": e.get("kv_budget_bytes"), "engine_blocks": e.get("num_blocks")}
+                    row = {
+                        "model": Path(eng["model"]).name,
+                        "kv_dtype": eng["kv_cache_dtype"],
+                        "status": meta["status"],
+                        "error": f"model config not found here: {eng['model']}",
+                        "block_size": e.get("block_size"),
+                        "kv_budget_bytes": e.get("kv_budget_bytes"),
+                        "engine_blocks": e.get("num_blocks"),
+                    }
                 else:
                     row = _row(spec, res, eng.get("kv_cache_gib") or 0.0, eng.get("block_size"))
                     row["kv_dtype"] = eng["kv_cache_dtype"]
                     if row["predicted_blocks"] is not None:
-                        row["bytes_per_block"] = kvmath.bytes_per_block(model, int(row["block_size"]), kv,
-                                                                        spec.tensor_parallel_size, _hybrid_manager(e))
+                        row["bytes_per_block"] = kvmath.bytes_per_block(
+                            model, int(row["block_size"]), kv, spec.tensor_parallel_size, _hybrid_manager(e)
+                        )
                 budget = row.pop("kv_budget_bytes", None)
                 rows.append({**base, **row, "kv_budget_gib": budget / kvmath.GIB if budget else None})
     df = pd.DataFrame(rows, columns=RECORD_COLUMNS)
@@ -291,8 +331,7 @@ def summarize_records(df: Any, roots: Sequence[str]) -> dict[str, Any]:
         "devices": sorted(str(d) for d in df.device.dropna().unique()),
         "page_sizes": sorted({int(b) for b in ok.bytes_per_block}),
         "models": sorted(set(ok.model)),
-        "not_compared": {f"{r.study}/{r.run}": r.error or r.status for r in df.itertuples()
-                         if r.Index not in ok.index},
+        "not_compared": {f"{r.study}/{r.run}": r.error or r.status for r in df.itertuples() if r.Index not in ok.index},
     }
 
 
@@ -302,11 +341,17 @@ def records_markdown(s: dict[str, Any]) -> str:
         return "- **Engines on record**: none under " + ", ".join(f"`{r}`" for r in s["roots"]) + "."
     if not s["compared"]:
         return f"- **Engines on record**: {s['engines']} runs, none with both an engine block count and a prediction."
-    how = "exactly" if s["exact"] == s["compared"] else f"exactly in {s['exact']}, largest error {s['max_abs_rel_error']:.2%}"
+    how = (
+        "exactly"
+        if s["exact"] == s["compared"]
+        else f"exactly in {s['exact']}, largest error {s['max_abs_rel_error']:.2%}"
+    )
     skipped = f"; {len(s['not_compared'])} not compared (failed or no config)" if s["not_compared"] else ""
-    return (f"- **Engines on record** ({', '.join(s['devices']) or 'device not recorded'}; studies "
-            f"{', '.join(s['studies'])}): the formula predicted the block count of {s['compared']} engines "
-            f"{how}, over {len(s['page_sizes'])} distinct block sizes in bytes ({len(s['models'])} model folders){skipped}.")
+    return (
+        f"- **Engines on record** ({', '.join(s['devices']) or 'device not recorded'}; studies "
+        f"{', '.join(s['studies'])}): the formula predicted the block count of {s['compared']} engines "
+        f"{how}, over {len(s['page_sizes'])} distinct block sizes in bytes ({len(s['models'])} model folders){skipped}."
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -319,8 +364,15 @@ def _nested(df: Any, value: str) -> dict[str, dict[str, Any]]:
     return {m: dict(zip(g.kv_dtype, g[value], strict=True)) for m, g in df.groupby("model", sort=False)}
 
 
-def summarize(model: str, kv_dtypes: Sequence[str], formula: Any, plan: Any, memory: Any, check: Any,
-              records: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize(
+    model: str,
+    kv_dtypes: Sequence[str],
+    formula: Any,
+    plan: Any,
+    memory: Any,
+    check: Any,
+    records: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Key numbers of the KV-memory study (notebook 00) for :func:`fp8lab.report.record_summary`.
 
     ``formula``: rows of :func:`kvmath.summary_row`; ``plan``: of :func:`kvmath.plan_capacity`;
@@ -404,13 +456,25 @@ def verdict_markdown(s: dict[str, Any]) -> str:
         exact = "exactly" if s["prediction_exact"] else f"within {s['max_abs_rel_error']:.2%}"
         lines.append(f"- **Measured** on vLLM: KV blocks {parts}: the formula matches {exact}.")
     else:
-        parts = ", ".join(f"`{d}`: {v['status']}" + (f" ({v['error']})" if isinstance(v.get("error"), str) and v["error"]
-                                                     else "") for d, v in m.items())
+        parts = ", ".join(
+            f"`{d}`: {v['status']}" + (f" ({v['error']})" if isinstance(v.get("error"), str) and v["error"] else "")
+            for d, v in m.items()
+        )
         lines.append(f"- **Measured**: not every engine gave figures ({parts}).")
     if s.get("records"):
         lines.append(records_markdown(s["records"]))
     return "\n".join(lines)
 
 
-__all__ = ["COLUMNS", "NOT_RUN", "RECORD_COLUMNS", "capacity_check", "check_record_roots", "records_check", "records_markdown",
-           "summarize", "summarize_records", "verdict_markdown"]
+__all__ = [
+    "COLUMNS",
+    "NOT_RUN",
+    "RECORD_COLUMNS",
+    "capacity_check",
+    "check_record_roots",
+    "records_check",
+    "records_markdown",
+    "summarize",
+    "summarize_records",
+    "verdict_markdown",
+]

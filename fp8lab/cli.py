@@ -39,8 +39,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"fp8lab run: {len(ran) - len(failed)} ok, {len(failed)} failed -> {out / 'index.html'}")
     for n in failed:
         kept = " (the last good result in that folder is kept)" if summary["notebooks"][n].get("rerun_failed") else ""
-        print(f"  failed: {n}: {ran[n]['error']}{kept}; the failed notebook: {out / (n + '.failed.html')}",
-              file=sys.stderr)
+        print(
+            f"  failed: {n}: {ran[n]['error']}{kept}; the failed notebook: {out / (n + '.failed.html')}",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
@@ -50,9 +52,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
     root = Path(args.root) if args.root else None
     table = phase_table(args.study, root)
     if table.empty:
-        print(f"fp8lab runs: no stored runs of study {args.study!r} under {root or 'the results store'}", file=sys.stderr)
+        print(
+            f"fp8lab runs: no stored runs of study {args.study!r} under {root or 'the results store'}", file=sys.stderr
+        )
         return 1
-    print(table.drop(columns=["run_id"]).round(1).to_markdown(index=False) if args.markdown else table.to_string(index=False))
+    print(
+        table.drop(columns=["run_id"]).round(1).to_markdown(index=False)
+        if args.markdown
+        else table.to_string(index=False)
+    )
     return 0
 
 
@@ -100,8 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("notebooks", nargs="*", help="notebook names or paths (default: every notebooks/NN_*.ipynb)")
     run.add_argument("--profile", default="cpu-tiny", help="a profile of fp8lab/profiles.yaml (default: cpu-tiny)")
     run.add_argument("--out", help="output folder (default: reports/<profile>)")
-    run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                     help="override one notebook parameter (YAML value), e.g. -p KV_CACHE_GIB 2")
+    run.add_argument(
+        "-p",
+        "--param",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="override one notebook parameter (YAML value), e.g. -p KV_CACHE_GIB 2",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
 

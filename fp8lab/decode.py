@@ -47,9 +47,16 @@ PROTOCOL = 1  # bump when the measurement changes, so stored runs of the old pro
 
 #: Published step-time fits, shown beside the measurement with their setting.
 ANCHORS: tuple[dict[str, Any], ...] = (
-    {"source": "vLLM blog, FP8 KV cache study (2026-04), as quoted in fp8lab issue 15", "gpu": "H100",
-     "model": "Llama-3.1-8B", "vllm": "not stated", "batch": 1,
-     "slope_auto_ms_per_token": 4.37e-5, "slope_fp8_ms_per_token": 2.37e-5, "break_even_tokens": 7010},
+    {
+        "source": "vLLM blog, FP8 KV cache study (2026-04), as quoted in fp8lab issue 15",
+        "gpu": "H100",
+        "model": "Llama-3.1-8B",
+        "vllm": "not stated",
+        "batch": 1,
+        "slope_auto_ms_per_token": 4.37e-5,
+        "slope_fp8_ms_per_token": 2.37e-5,
+        "break_even_tokens": 7010,
+    },
 )
 
 
@@ -123,13 +130,20 @@ class DecodeSpec:
         check_float("DecodeSpec", "timeout_s", self.timeout_s, 0.0, 86400.0, lo_open=True)
         if self.gpu_groups is not None:
             groups = self.gpu_groups
-            if (not isinstance(groups, (list, tuple)) or not groups
-                    or not all(isinstance(g, (list, tuple)) and g for g in groups)):
+            if (
+                not isinstance(groups, (list, tuple))
+                or not groups
+                or not all(isinstance(g, (list, tuple)) and g for g in groups)
+            ):
                 raise SpecError("DecodeSpec", "gpu_groups", groups, "None or a list of non-empty GPU index lists")
             for g in groups:
                 if len(g) != self.tensor_parallel_size:
-                    raise SpecError("DecodeSpec", "gpu_groups", groups,
-                                    f"groups of tensor_parallel_size = {self.tensor_parallel_size} GPUs each")
+                    raise SpecError(
+                        "DecodeSpec",
+                        "gpu_groups",
+                        groups,
+                        f"groups of tensor_parallel_size = {self.tensor_parallel_size} GPUs each",
+                    )
                 for i in g:
                     check_int("DecodeSpec", "gpu_groups", i, 0, 63)
             object.__setattr__(self, "gpu_groups", tuple(tuple(int(i) for i in g) for g in groups))
@@ -140,13 +154,23 @@ class DecodeSpec:
 
     def engine_spec(self, kv_dtype: str) -> EngineSpec:
         return EngineSpec(
-            model=self.model, kv_cache_dtype=kv_dtype, block_size=self.block_size, max_model_len=self.max_model_len,
-            gpu_memory_utilization=self.gpu_memory_utilization, kv_cache_gib=self.kv_cache_gib,
-            max_num_seqs=max(self.batches), max_num_batched_tokens=self.max_num_batched_tokens,
-            enforce_eager=self.enforce_eager, load_format=self.load_format,
-            tensor_parallel_size=self.tensor_parallel_size, seed=self.seed, enable_prefix_caching=False,
-            skip_tokenizer_init=self.skip_tokenizer_init, attention_backend=self.attention_backend,
-            timeout_s=self.timeout_s)
+            model=self.model,
+            kv_cache_dtype=kv_dtype,
+            block_size=self.block_size,
+            max_model_len=self.max_model_len,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            kv_cache_gib=self.kv_cache_gib,
+            max_num_seqs=max(self.batches),
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            enforce_eager=self.enforce_eager,
+            load_format=self.load_format,
+            tensor_parallel_size=self.tensor_parallel_size,
+            seed=self.seed,
+            enable_prefix_caching=False,
+            skip_tokenizer_init=self.skip_tokenizer_init,
+            attention_backend=self.attention_backend,
+            timeout_s=self.timeout_s,
+        )
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> DecodeSpec:
@@ -191,8 +215,10 @@ def plan(spec: DecodeSpec) -> Any:
     block = spec.block_size or 16
     cap = None
     if spec.kv_cache_gib is not None:
-        cap = min(kvmath.capacity_tokens(lay, int(spec.kv_cache_gib * 2**30), block, d, spec.tensor_parallel_size)
-                  for d in spec.kv_dtypes)
+        cap = min(
+            kvmath.capacity_tokens(lay, int(spec.kv_cache_gib * 2**30), block, d, spec.tensor_parallel_size)
+            for d in spec.kv_dtypes
+        )
     rows = []
     for b in spec.batches:
         for c in spec.contexts:
@@ -278,12 +304,23 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
         env = dict(spec.env)
         if spec.gpu_groups:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpu_groups[i]))
-        p = {"points": pts, "margins": [margin(spec, b, c) for b, c in pts], "reps": spec.reps,
-             "decode_tokens": spec.decode_tokens, "warmup": spec.warmup, "seed": spec.seed,
-             "vocab": int(lay.config["vocab_size"]), "concurrent": spec.concurrent_engines, "done": done,
-             "engine_args": spec.engine_args}
-        proc = ctx.Process(target=decode_worker.entry, name=f"fp8lab-decode-g{i}",
-                           args=(str(gdir / "worker.log"), env, engine_specs, p, str(gdir)))
+        p = {
+            "points": pts,
+            "margins": [margin(spec, b, c) for b, c in pts],
+            "reps": spec.reps,
+            "decode_tokens": spec.decode_tokens,
+            "warmup": spec.warmup,
+            "seed": spec.seed,
+            "vocab": int(lay.config["vocab_size"]),
+            "concurrent": spec.concurrent_engines,
+            "done": done,
+            "engine_args": spec.engine_args,
+        }
+        proc = ctx.Process(
+            target=decode_worker.entry,
+            name=f"fp8lab-decode-g{i}",
+            args=(str(gdir / "worker.log"), env, engine_specs, p, str(gdir)),
+        )
         proc.start()
         procs.append(proc)
     for proc in procs:
@@ -334,8 +371,11 @@ class DecodeRun:
         want = grid[grid.measure]
         m = self.measured()
         ok = {d for d, e in self.engines.items() if e.get("status") == "ok"} or set(spec.kv_dtypes)
-        have = (m[m.kv_dtype.isin(ok)].groupby(["batch", "context_len"]).size().rename("n").reset_index()
-                if not m.empty else pd.DataFrame(columns=["batch", "context_len", "n"]))
+        have = (
+            m[m.kv_dtype.isin(ok)].groupby(["batch", "context_len"]).size().rename("n").reset_index()
+            if not m.empty
+            else pd.DataFrame(columns=["batch", "context_len", "n"])
+        )
         merged = want.merge(have, on=["batch", "context_len"], how="left").fillna({"n": 0})
         return merged[merged.n < spec.reps * len(ok)]
 
@@ -357,8 +397,9 @@ def load(run_dir: Path) -> DecodeRun:
     from fp8lab.results import note_run
 
     note_run(run_dir, prov, "complete" if (run_dir / "complete.json").exists() else "partial")
-    return DecodeRun(run_dir, desc, pd.DataFrame(_read_rows(run_dir)), engines, prov,
-                     (run_dir / "complete.json").exists())
+    return DecodeRun(
+        run_dir, desc, pd.DataFrame(_read_rows(run_dir)), engines, prov, (run_dir / "complete.json").exists()
+    )
 
 
 def find_run(records: str | Path, spec: DecodeSpec, scratch: str | Path | None = None) -> DecodeRun:
@@ -370,7 +411,9 @@ def find_run(records: str | Path, spec: DecodeSpec, scratch: str | Path | None =
 
     root = Path(records)
     if not root.exists():
-        raise SpecError("notebook", "RECORDS", str(records), "an existing results store, .tar.gz of one, or folder of them")
+        raise SpecError(
+            "notebook", "RECORDS", str(records), "an existing results store, .tar.gz of one, or folder of them"
+        )
     archives = [root] if root.is_file() else sorted(root.glob("*.tar.gz"))
     bases = [] if root.is_file() else [root]
     for a in archives:
@@ -393,8 +436,12 @@ def find_run(records: str | Path, spec: DecodeSpec, scratch: str | Path | None =
             if have == want:
                 return load(sj.parent)
             seen.append(sj.parent.name)
-    raise SpecError("notebook", "RECORDS", str(records),
-                    f"a store holding a {STUDY} run of this spec (runs there: {', '.join(seen) or 'none'})")
+    raise SpecError(
+        "notebook",
+        "RECORDS",
+        str(records),
+        f"a store holding a {STUDY} run of this spec (runs there: {', '.join(seen) or 'none'})",
+    )
 
 
 def store_bandwidth(run: DecodeRun, value: float | str | None = None) -> dict[str, Any]:
@@ -430,10 +477,22 @@ def point_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> Any:
         r = stats.paired_ratio(w[base], w[other])
         noise = max(stats.self_noise(w[base]), stats.self_noise(w[other]))
         beyond = bool(not r.contains(1.0) and abs(r.estimate - 1) * 100 > noise)
-        rows.append({"batch": b, "context_len": c, f"{base}_step_ms": float(w[base].mean()),
-                     f"{other}_step_ms": float(w[other].mean()), "ratio": r.estimate, "ratio_ci_low": r.lo,
-                     "ratio_ci_high": r.hi, "n": r.n, "ci_half_width_pct": stats.detectable_pct(r),
-                     "self_noise_pct": noise, "beyond_noise": beyond, "full_batch": bool(g.full_batch.all())})
+        rows.append(
+            {
+                "batch": b,
+                "context_len": c,
+                f"{base}_step_ms": float(w[base].mean()),
+                f"{other}_step_ms": float(w[other].mean()),
+                "ratio": r.estimate,
+                "ratio_ci_low": r.lo,
+                "ratio_ci_high": r.hi,
+                "n": r.n,
+                "ci_half_width_pct": stats.detectable_pct(r),
+                "self_noise_pct": noise,
+                "beyond_noise": beyond,
+                "full_batch": bool(g.full_batch.all()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -452,9 +511,20 @@ def fit_table(run: DecodeRun) -> Any:
             continue
         f = stats.ols(g.context_len, g.step_ms)
         (alo, ahi), (blo, bhi) = f.interval("a"), f.interval("b")
-        rows.append({"kv_dtype": d, "batch": b, "a_ms": f.a, "a_ms_ci_low": alo, "a_ms_ci_high": ahi,
-                     "b_ms_per_token": f.b, "b_ms_per_token_ci_low": blo, "b_ms_per_token_ci_high": bhi,
-                     "b_ms_per_ktoken": f.b * 1e3, "n_points": f.n})
+        rows.append(
+            {
+                "kv_dtype": d,
+                "batch": b,
+                "a_ms": f.a,
+                "a_ms_ci_low": alo,
+                "a_ms_ci_high": ahi,
+                "b_ms_per_token": f.b,
+                "b_ms_per_token_ci_low": blo,
+                "b_ms_per_token_ci_high": bhi,
+                "b_ms_per_ktoken": f.b * 1e3,
+                "n_points": f.n,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -479,16 +549,27 @@ def crossover_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> A
         root = stats.fieller_root(f)
         lo_ctx, hi_ctx = float(g.context_len.min()), float(g.context_len.max())
         # a slope below rounding (parallel lines: ~1e-16 of the steps over the grid) is zero, not a far-off root
-        flat = abs(f.b) * (hi_ctx - lo_ctx) <= 1e-9 * float(g[[f"{base}_step_ms", f"{other}_step_ms"]].abs().max().max())
+        flat = abs(f.b) * (hi_ctx - lo_ctx) <= 1e-9 * float(
+            g[[f"{base}_step_ms", f"{other}_step_ms"]].abs().max().max()
+        )
         if f.b >= 0 or flat:  # other's slope is the larger (or equal): it never becomes faster as the context grows
             status, x = "none", None
         else:
             x = root.x
             status = "below_grid" if x < lo_ctx else "above_grid" if x > hi_ctx else "in_grid"
-        rows.append({"batch": b, "context_len": x, "ci_low": root.lo if root.bounded and x is not None else None,
-                     "ci_high": root.hi if root.bounded and x is not None else None, "status": status,
-                     "diff_at_min_ms": f.predict(lo_ctx), "diff_at_max_ms": f.predict(hi_ctx),
-                     "diff_slope_ms_per_ktoken": f.b * 1e3, "n_points": f.n})
+        rows.append(
+            {
+                "batch": b,
+                "context_len": x,
+                "ci_low": root.lo if root.bounded and x is not None else None,
+                "ci_high": root.hi if root.bounded and x is not None else None,
+                "status": status,
+                "diff_at_min_ms": f.predict(lo_ctx),
+                "diff_at_max_ms": f.predict(hi_ctx),
+                "diff_slope_ms_per_ktoken": f.b * 1e3,
+                "n_points": f.n,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -512,8 +593,16 @@ def roofline_table(run: DecodeRun, bandwidth_gbs: float) -> Any:
         k = kvmath.kv_bytes_per_token(lay, d, tp)
         ctx_mean = c + spec["decode_tokens"] / 2
         bound = roofline.itl_lower_bound(w, b * ctx_mean, k, bandwidth_gbs * 1e9) * 1e3
-        rows.append({"kv_dtype": d, "batch": b, "context_len": c, "step_ms": g.step_ms.mean(), "bound_ms": bound,
-                     "fraction": bound / g.step_ms.mean()})
+        rows.append(
+            {
+                "kv_dtype": d,
+                "batch": b,
+                "context_len": c,
+                "step_ms": g.step_ms.mean(),
+                "bound_ms": bound,
+                "fraction": bound / g.step_ms.mean(),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -529,21 +618,36 @@ def capacity_table(run: DecodeRun) -> Any:
     for d, e in run.engines.items():
         if e.get("status") != "ok":
             continue
-        pred = kvmath.predict_num_blocks(lay, int(spec["kv_cache_gib"] * 2**30), e["block_size"], d,
-                                         spec["tensor_parallel_size"])
+        pred = kvmath.predict_num_blocks(
+            lay, int(spec["kv_cache_gib"] * 2**30), e["block_size"], d, spec["tensor_parallel_size"]
+        )
         mem = e.get("mem_per_device_after_start_bytes") or []
-        rows.append({"kv_dtype": d, "num_blocks": e["num_blocks"], "predicted_blocks": pred,
-                     "exact": e["num_blocks"] == pred, "block_size": e["block_size"],
-                     "attention_backend": ",".join(e.get("attention_backend") or []) or None,
-                     "cuda_graphs": e.get("cuda_graphs"), "engine_start_s": e.get("engine_start_s"),
-                     "mem_gib_per_device": [round(x / 2**30, 2) for x in mem]})
+        rows.append(
+            {
+                "kv_dtype": d,
+                "num_blocks": e["num_blocks"],
+                "predicted_blocks": pred,
+                "exact": e["num_blocks"] == pred,
+                "block_size": e["block_size"],
+                "attention_backend": ",".join(e.get("attention_backend") or []) or None,
+                "cuda_graphs": e.get("cuda_graphs"),
+                "engine_start_s": e.get("engine_start_s"),
+                "mem_gib_per_device": [round(x / 2**30, 2) for x in mem],
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def _records(table: Any) -> list[dict[str, Any]]:
     """A table's rows as dicts, a missing value (NaN: pandas' form of a None among numbers) as ``None``."""
-    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
-            for r in table.to_dict("records")] if table is not None and not table.empty else []
+    return (
+        [
+            {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+            for r in table.to_dict("records")
+        ]
+        if table is not None and not table.empty
+        else []
+    )
 
 
 def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any]:
@@ -559,16 +663,25 @@ def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any
     graphs = [e.get("cuda_graphs") for e in run.engines.values() if e.get("status") == "ok"]
     hw = pts.ci_half_width_pct.dropna() if not pts.empty else []
     return {
-        "device": prov.get("device"), "vllm_version": prov.get("vllm"), "fp8lab_commit": prov.get("commit"),
-        "model": Path(spec["model"]).name, "load_format": spec["load_format"],
-        "cuda_graphs": bool(graphs) and all(graphs), "tensor_parallel_size": spec["tensor_parallel_size"],
-        "concurrent_engines": spec["concurrent_engines"], "n_reps": spec["reps"],
-        "decode_tokens": spec["decode_tokens"], "complete": run.complete,
-        "engines_ok": ok, "engine_errors": {d: e.get("error") for d, e in run.engines.items() if e.get("status") != "ok"},
+        "device": prov.get("device"),
+        "vllm_version": prov.get("vllm"),
+        "fp8lab_commit": prov.get("commit"),
+        "model": Path(spec["model"]).name,
+        "load_format": spec["load_format"],
+        "cuda_graphs": bool(graphs) and all(graphs),
+        "tensor_parallel_size": spec["tensor_parallel_size"],
+        "concurrent_engines": spec["concurrent_engines"],
+        "n_reps": spec["reps"],
+        "decode_tokens": spec["decode_tokens"],
+        "complete": run.complete,
+        "engines_ok": ok,
+        "engine_errors": {d: e.get("error") for d, e in run.engines.items() if e.get("status") != "ok"},
         "points": _records(pts),
         "fits": _records(fits),
         "crossovers": _records(cross),
-        "roofline": _records(roof[["kv_dtype", "batch", "context_len", "fraction"]] if roof is not None and not roof.empty else None),
+        "roofline": _records(
+            roof[["kv_dtype", "batch", "context_len", "fraction"]] if roof is not None and not roof.empty else None
+        ),
         "capacity": _records(cap),
         "capacity_exact": bool(len(cap)) and bool(cap.exact.all()),
         "min_detectable_pct": float(np.median(hw)) if len(hw) else None,
@@ -580,13 +693,18 @@ def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any
 def verdict(s: dict[str, Any]) -> list[str]:
     """Headline bullets computed from a :func:`summary`."""
     out = []
-    setting = (f"{s['model']} on {s['device']} (vLLM {s['vllm_version']}, "
-               f"{'CUDA graphs' if s['cuda_graphs'] else 'no CUDA graphs (eager or CPU)'}, TP={s['tensor_parallel_size']}, "
-               f"{'interleaved engines' if s['concurrent_engines'] else 'engines one after the other'})")
+    setting = (
+        f"{s['model']} on {s['device']} (vLLM {s['vllm_version']}, "
+        f"{'CUDA graphs' if s['cuda_graphs'] else 'no CUDA graphs (eager or CPU)'}, TP={s['tensor_parallel_size']}, "
+        f"{'interleaved engines' if s['concurrent_engines'] else 'engines one after the other'})"
+    )
     failed = s["engine_errors"]
     if failed:
-        out.append("Not measured: " + "; ".join(f"`{d}` ({e})" for d, e in failed.items())
-                   + ". The grid below has no fp8/auto comparison where an engine is missing.")
+        out.append(
+            "Not measured: "
+            + "; ".join(f"`{d}` ({e})" for d, e in failed.items())
+            + ". The grid below has no fp8/auto comparison where an engine is missing."
+        )
     pts = s["points"]
     if not pts:
         out.append(f"No point was measured by both dtypes in {setting}.")
@@ -594,44 +712,79 @@ def verdict(s: dict[str, Any]) -> list[str]:
     n = s["n_reps"]
     faster = [p for p in pts if p["beyond_noise"] and p["ratio"] < 1]
     slower = [p for p in pts if p["beyond_noise"] and p["ratio"] > 1]
-    out.append(f"{len(pts)} grid points, {n} paired repetitions each, in {setting}. The smallest fp8/auto change "
-               f"these runs resolve is about {s['min_detectable_pct']:.1f}% (median 95% CI half-width; "
-               f"largest {s['max_ci_half_width_pct']:.1f}%).")
+    out.append(
+        f"{len(pts)} grid points, {n} paired repetitions each, in {setting}. The smallest fp8/auto change "
+        f"these runs resolve is about {s['min_detectable_pct']:.1f}% (median 95% CI half-width; "
+        f"largest {s['max_ci_half_width_pct']:.1f}%)."
+    )
 
     def where(ps: list[dict[str, Any]]) -> str:
         return ", ".join(f"B={p['batch']} L={p['context_len']:,} ({(p['ratio'] - 1) * 100:+.1f}%)" for p in ps)
 
-    out.append(f"fp8 decodes faster beyond noise at {len(faster)} of {len(pts)} points"
-               + (f": {where(faster)}" if faster else "") + ".")
-    out.append(f"fp8 decodes slower beyond noise at {len(slower)} of {len(pts)} points"
-               + (f": {where(slower)}" if slower else "") + ".")
+    out.append(
+        f"fp8 decodes faster beyond noise at {len(faster)} of {len(pts)} points"
+        + (f": {where(faster)}" if faster else "")
+        + "."
+    )
+    out.append(
+        f"fp8 decodes slower beyond noise at {len(slower)} of {len(pts)} points"
+        + (f": {where(slower)}" if slower else "")
+        + "."
+    )
     for c in s["crossovers"]:
         if c["status"] == "in_grid" or c["status"] == "above_grid":
-            ci = (f" [{c['ci_low']:,.0f}, {c['ci_high']:,.0f}]" if c["ci_low"] is not None else " (interval unbounded)")
-            out.append(f"Batch {c['batch']}: fp8 becomes faster from about {c['context_len']:,.0f} tokens{ci}"
-                       + (" (past the grid: an extrapolation)" if c["status"] == "above_grid" else "") + ".")
+            ci = f" [{c['ci_low']:,.0f}, {c['ci_high']:,.0f}]" if c["ci_low"] is not None else " (interval unbounded)"
+            out.append(
+                f"Batch {c['batch']}: fp8 becomes faster from about {c['context_len']:,.0f} tokens{ci}"
+                + (" (past the grid: an extrapolation)" if c["status"] == "above_grid" else "")
+                + "."
+            )
         elif c["status"] == "below_grid":
             out.append(f"Batch {c['batch']}: fp8 is faster at every measured context by the fit.")
         elif (c.get("diff_at_max_ms") or 0) < 0:
-            out.append(f"Batch {c['batch']}: fp8 is faster at every measured context by the fit, but its advantage "
-                       "does not grow with context: no crossover.")
+            out.append(
+                f"Batch {c['batch']}: fp8 is faster at every measured context by the fit, but its advantage "
+                "does not grow with context: no crossover."
+            )
         elif (c.get("diff_at_min_ms") or 0) < 0:
-            out.append(f"Batch {c['batch']}: fp8 is faster at the shortest contexts only: the fitted fp8-auto difference "
-                       "grows with context and turns positive within the grid, so no crossover.")
+            out.append(
+                f"Batch {c['batch']}: fp8 is faster at the shortest contexts only: the fitted fp8-auto difference "
+                "grows with context and turns positive within the grid, so no crossover."
+            )
         else:
             out.append(f"Batch {c['batch']}: the fitted fp8-auto difference does not fall with context: no crossover.")
     if s["roofline"]:
         import pandas as pd
 
         r = pd.DataFrame(s["roofline"]).groupby("kv_dtype").fraction.agg(["min", "max"])
-        out.append("Fraction of the memory-bandwidth bound reached: " + "; ".join(
-            f"{d} {row['min']:.0%}-{row['max']:.0%}" for d, row in r.iterrows()) + ".")
+        out.append(
+            "Fraction of the memory-bandwidth bound reached: "
+            + "; ".join(f"{d} {row['min']:.0%}-{row['max']:.0%}" for d, row in r.iterrows())
+            + "."
+        )
     if s["capacity"]:
-        out.append("KV blocks match the formula exactly for every engine." if s["capacity_exact"]
-                   else "KV blocks differ from the formula for some engine: see the capacity table.")
+        out.append(
+            "KV blocks match the formula exactly for every engine."
+            if s["capacity_exact"]
+            else "KV blocks differ from the formula for some engine: see the capacity table."
+        )
     return out
 
 
-__all__ = ["ANCHORS", "DecodeRun", "DecodeSpec", "capacity_table", "crossover_table", "find_run", "fit_table", "load",
-           "plan", "store_bandwidth",
-           "point_table", "roofline_table", "run_decode", "summary", "verdict"]
+__all__ = [
+    "ANCHORS",
+    "DecodeRun",
+    "DecodeSpec",
+    "capacity_table",
+    "crossover_table",
+    "find_run",
+    "fit_table",
+    "load",
+    "plan",
+    "store_bandwidth",
+    "point_table",
+    "roofline_table",
+    "run_decode",
+    "summary",
+    "verdict",
+]

@@ -84,11 +84,16 @@ def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple
     facts["engine_start_s"] = time.perf_counter() - t0
     vcfg = llm.llm_engine.vllm_config
     cc = vcfg.cache_config
-    facts.update(num_blocks=int(cc.num_gpu_blocks or 0), block_size=int(cc.block_size),
-                 kv_cache_dtype=str(cc.cache_dtype), max_model_len=int(vcfg.model_config.max_model_len),
-                 max_num_seqs=int(vcfg.scheduler_config.max_num_seqs),
-                 max_num_batched_tokens=int(vcfg.scheduler_config.max_num_batched_tokens),
-                 cuda_graphs=not bool(vcfg.model_config.enforce_eager), engine_core=devices.engine_core_layout())
+    facts.update(
+        num_blocks=int(cc.num_gpu_blocks or 0),
+        block_size=int(cc.block_size),
+        kv_cache_dtype=str(cc.cache_dtype),
+        max_model_len=int(vcfg.model_config.max_model_len),
+        max_num_seqs=int(vcfg.scheduler_config.max_num_seqs),
+        max_num_batched_tokens=int(vcfg.scheduler_config.max_num_batched_tokens),
+        cuda_graphs=not bool(vcfg.model_config.enforce_eager),
+        engine_core=devices.engine_core_layout(),
+    )
     facts["kv_capacity_tokens"] = facts["num_blocks"] * facts["block_size"]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -116,7 +121,8 @@ def _silent_backend(spec: dict[str, Any], vcfg: Any) -> list[str] | None:
         asked = spec.get("attention_backend")
         path = current_platform.get_attn_backend_cls(
             AttentionBackendEnum[asked] if asked else None,
-            attn_selector_config=SimpleNamespace(use_sparse=False, use_mla=bool(vcfg.model_config.use_mla)))
+            attn_selector_config=SimpleNamespace(use_sparse=False, use_mla=bool(vcfg.model_config.use_mla)),
+        )
         names = []
         for e in AttentionBackendEnum:
             try:
@@ -178,17 +184,37 @@ def worker_main(specs: list[dict[str, Any]], plan: dict[str, Any], out_dir: str,
             b0, c0 = plan["points"][0]
             for llm in live.values():
                 for _ in range(plan["warmup"]):
-                    _measure(llm, _prompts(plan["vocab"], b0, c0, plan["seed"] + 999), plan["decode_tokens"], plan["margins"][0])
+                    _measure(
+                        llm,
+                        _prompts(plan["vocab"], b0, c0, plan["seed"] + 999),
+                        plan["decode_tokens"],
+                        plan["margins"][0],
+                    )
             for (b, c), margin in zip(plan["points"], plan["margins"], strict=True):
                 for rep in range(plan["reps"]):
-                    order = [d for d in (dtypes if rep % 2 == 0 else dtypes[::-1]) if d in live and (b, c, rep, d) not in done]
+                    order = [
+                        d
+                        for d in (dtypes if rep % 2 == 0 else dtypes[::-1])
+                        if d in live and (b, c, rep, d) not in done
+                    ]
                     if not order:
                         continue
                     prompts = _prompts(plan["vocab"], b, c, plan["seed"] + 7919 * rep + 31 * b + c)
                     for slot, d in enumerate(order):
                         r = _measure(live[d], prompts, plan["decode_tokens"], margin)
-                        _append(rows_path, {"batch": b, "context_len": c, "rep": rep, "kv_dtype": d, "slot": slot,
-                                            "margin": margin, "t_wall": time.time(), **r})
+                        _append(
+                            rows_path,
+                            {
+                                "batch": b,
+                                "context_len": c,
+                                "rep": rep,
+                                "kv_dtype": d,
+                                "slot": slot,
+                                "margin": margin,
+                                "t_wall": time.time(),
+                                **r,
+                            },
+                        )
         except BaseException as exc:  # noqa: BLE001
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             for d in live:

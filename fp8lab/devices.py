@@ -158,8 +158,14 @@ def gpu_facts() -> list[dict[str, Any]]:
         h = nv.nvmlDeviceGetHandleByIndex(i)
         name = nv.nvmlDeviceGetName(h)
         mi = nv.nvmlDeviceGetMemoryInfo(h)
-        out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_total_bytes": int(mi.total), "memory_used_bytes": int(mi.used)})
+        out.append(
+            {
+                "index": i,
+                "name": name.decode() if isinstance(name, bytes) else name,
+                "memory_total_bytes": int(mi.total),
+                "memory_used_bytes": int(mi.used),
+            }
+        )
     return out
 
 
@@ -176,6 +182,7 @@ def cpu_name() -> str:
 
 def git_commit() -> dict[str, Any]:
     """fp8lab's git commit and whether the work tree had uncommitted changes."""
+
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
 

@@ -31,11 +31,17 @@ Driver = Literal["llm", "async"]
 
 # Root-cause patterns, first match wins: (status, regex over the worker log and the exception).
 _FAILURE_PATTERNS: list[tuple[str, str]] = [
-    ("oom", r"out of memory|OutOfMemoryError|CUDA error: out of memory|less than requested memory|"
-            r"larger than the available KV cache memory|No available memory for the cache blocks|"
-            r"Insufficient memory|Cannot allocate memory|MemoryError"),
-    ("unsupported", r"No valid attention backend|not supported|Unsupported|NotImplementedError|"
-                    r"does not support|requires SM|is not available|No common block size"),
+    (
+        "oom",
+        r"out of memory|OutOfMemoryError|CUDA error: out of memory|less than requested memory|"
+        r"larger than the available KV cache memory|No available memory for the cache blocks|"
+        r"Insufficient memory|Cannot allocate memory|MemoryError",
+    ),
+    (
+        "unsupported",
+        r"No valid attention backend|not supported|Unsupported|NotImplementedError|"
+        r"does not support|requires SM|is not available|No common block size",
+    ),
     ("invalid", r"ValidationError|Input should be|must be|exceeds|is greater than|invalid|TypeError: .*argument"),
 ]
 
@@ -149,12 +155,22 @@ def check_model_source(spec: EngineSpec, env: dict[str, str] | None = None) -> N
     if Path(spec.model).exists() or _hf_cache_has(spec.model, env):
         return
     if _truthy("HF_HUB_OFFLINE", env) or _truthy("TRANSFORMERS_OFFLINE", env):
-        raise SpecError("EngineSpec", "model", spec.model, "a local model folder, or a hub id already in the local "
-                        "Hugging Face cache (HF_HUB_OFFLINE is set, so nothing is downloaded; this id is not cached)")
+        raise SpecError(
+            "EngineSpec",
+            "model",
+            spec.model,
+            "a local model folder, or a hub id already in the local "
+            "Hugging Face cache (HF_HUB_OFFLINE is set, so nothing is downloaded; this id is not cached)",
+        )
     if not _hub_reachable(env):
-        raise SpecError("EngineSpec", "model", spec.model, "a local model folder, or a hub id already in the local "
-                        "Hugging Face cache (this id is not cached and the hub cannot be reached from this machine: "
-                        "offline?)")
+        raise SpecError(
+            "EngineSpec",
+            "model",
+            spec.model,
+            "a local model folder, or a hub id already in the local "
+            "Hugging Face cache (this id is not cached and the hub cannot be reached from this machine: "
+            "offline?)",
+        )
 
 
 def check_model_limits(spec: EngineSpec, env: dict[str, str] | None = None) -> int | None:
@@ -171,9 +187,13 @@ def check_model_limits(spec: EngineSpec, env: dict[str, str] | None = None) -> i
     if spec.max_model_len in (None, -1):
         return limit
     if limit is not None and spec.max_model_len > limit and not _truthy("VLLM_ALLOW_LONG_MAX_MODEL_LEN", env):
-        raise SpecError("EngineSpec", "max_model_len", spec.max_model_len,
-                        f"at most the model's limit, {source} (from {cfg}), or None; "
-                        "past it only with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's env")
+        raise SpecError(
+            "EngineSpec",
+            "max_model_len",
+            spec.max_model_len,
+            f"at most the model's limit, {source} (from {cfg}), or None; "
+            "past it only with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's env",
+        )
     return spec.max_model_len
 
 
@@ -190,8 +210,12 @@ def validate_phases(spec: EngineSpec, phases: Sequence[Phase], driver: str, env:
             raise SpecError("Phase", "concurrency", p.concurrency, "None with the 'llm' driver (use driver='async')")
         for i, r in enumerate(p.requests):
             if limit is not None and r.prompt_len + r.max_tokens > limit:
-                raise SpecError("Request", "prompt_len + max_tokens", r.prompt_len + r.max_tokens,
-                                f"at most max_model_len = {limit} (phase {p.name!r}, request {i})")
+                raise SpecError(
+                    "Request",
+                    "prompt_len + max_tokens",
+                    r.prompt_len + r.max_tokens,
+                    f"at most max_model_len = {limit} (phase {p.name!r}, request {i})",
+                )
 
 
 def _sizes(sizes: list[int]) -> str:
@@ -214,8 +238,10 @@ def unsupported_by_vllm(spec: EngineSpec) -> str | None:
         return None
     v = f"vLLM {info['version']} ({info['platform']})"
     if spec.kv_cache_dtype not in info["kv_cache_dtypes"]:
-        return (f"EngineSpec.kv_cache_dtype = {spec.kv_cache_dtype!r}: not a cache dtype of {v}; it offers "
-                + " | ".join(info["kv_cache_dtypes"]))
+        return (
+            f"EngineSpec.kv_cache_dtype = {spec.kv_cache_dtype!r}: not a cache dtype of {v}; it offers "
+            + " | ".join(info["kv_cache_dtypes"])
+        )
     name = spec.attention_backend or info.get("default_backend")
     if name == "CPU_ATTN" and not spec.attention_backend:
         cfg = Path(spec.model) / "config.json"
@@ -227,8 +253,10 @@ def unsupported_by_vllm(spec: EngineSpec) -> str | None:
             name = "CPU_MLA"
     backend = info["backends"].get(name or "")
     if backend and spec.block_size is not None and spec.block_size not in backend["block_sizes"]:
-        return (f"EngineSpec.block_size = {spec.block_size}: the {name} attention backend of {v} takes block sizes "
-                f"{_sizes(backend['block_sizes'])} (its supports_block_size)")
+        return (
+            f"EngineSpec.block_size = {spec.block_size}: the {name} attention backend of {v} takes block sizes "
+            f"{_sizes(backend['block_sizes'])} (its supports_block_size)"
+        )
     return None
 
 
@@ -300,17 +328,27 @@ def _killed_cause(signum: int, oom_kills_before: int | None) -> tuple[Status, st
         name = f"signal {signum}"
     after = _oom_kill_count()
     if signum == signal.SIGKILL and oom_kills_before is not None and after is not None and after > oom_kills_before:
-        return "oom", (f"worker killed by {name}: the kernel's OOM killer (the memory cgroup's oom_kill count went "
-                       f"{oom_kills_before} -> {after}); host memory ran out")
+        return "oom", (
+            f"worker killed by {name}: the kernel's OOM killer (the memory cgroup's oom_kill count went "
+            f"{oom_kills_before} -> {after}); host memory ran out"
+        )
     hint = " (the kernel's OOM killer sends SIGKILL too: see dmesg)" if signum == signal.SIGKILL else ""
     return "error", f"worker killed by {name} before finishing{hint}"
 
 
 #: What the CPU forkserver imports once, before it forks any engine worker: the worker modules and vLLM's engine
 #: entry points (the rest of an import that ``spawn`` repeats for every engine).
-FORKSERVER_PRELOAD = ("fp8lab.engine_worker", "fp8lab.serving_worker", "fp8lab.decode_worker", "fp8lab.prefix_worker",
-                      "vllm", "vllm.entrypoints.llm", "vllm.v1.engine.async_llm", "vllm.engine.arg_utils",
-                      "vllm.v1.engine.core")
+FORKSERVER_PRELOAD = (
+    "fp8lab.engine_worker",
+    "fp8lab.serving_worker",
+    "fp8lab.decode_worker",
+    "fp8lab.prefix_worker",
+    "vllm",
+    "vllm.entrypoints.llm",
+    "vllm.v1.engine.async_llm",
+    "vllm.engine.arg_utils",
+    "vllm.v1.engine.core",
+)
 
 
 def worker_context() -> Any:
@@ -353,10 +391,17 @@ class _CallersEnvironment:
     def Pipe(self, duplex: bool = True) -> Any:  # noqa: N802 - multiprocessing's name
         return self._ctx.Pipe(duplex)
 
-    def Process(self, target: Any = None, name: str | None = None, args: tuple = (),  # noqa: N802
-                kwargs: dict | None = None, daemon: bool | None = None) -> Any:
-        proc = _EnvironmentProcess(target=_in_environment, name=name, daemon=daemon,
-                                   args=({}, None, target, tuple(args), dict(kwargs or {})))
+    def Process(
+        self,
+        target: Any = None,
+        name: str | None = None,
+        args: tuple = (),  # noqa: N802
+        kwargs: dict | None = None,
+        daemon: bool | None = None,
+    ) -> Any:
+        proc = _EnvironmentProcess(
+            target=_in_environment, name=name, daemon=daemon, args=({}, None, target, tuple(args), dict(kwargs or {}))
+        )
         proc.join_group = self._join_group
         return proc
 
@@ -416,9 +461,15 @@ def core_from_forkserver() -> str:
     return "forkserver"
 
 
-def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (), *, driver: Driver = "llm",
-               sample_interval_s: float = 0.25, work_dir: str | Path | None = None,
-               env: dict[str, str] | None = None) -> EngineResult:
+def run_engine(
+    spec: EngineSpec,
+    phases: Sequence[Phase] | Sequence[Request] = (),
+    *,
+    driver: Driver = "llm",
+    sample_interval_s: float = 0.25,
+    work_dir: str | Path | None = None,
+    env: dict[str, str] | None = None,
+) -> EngineResult:
     """Start one engine for ``spec`` in a fresh process (:func:`worker_context`), run ``phases`` on it, return
     its records.
 
@@ -441,10 +492,16 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     if refused:  # recorded like an engine's refusal, without the engine start it would cost
         from fp8lab.devices import provenance
 
-        return EngineResult(status="unsupported", error=refused,
-                            engine={"checked_before_start": True, "run_wall_s": 0.0}, records=pd.DataFrame(),
-                            samples=pd.DataFrame(), phases={},
-                            provenance=provenance(seed=spec.seed, with_torch=False), spec=spec)
+        return EngineResult(
+            status="unsupported",
+            error=refused,
+            engine={"checked_before_start": True, "run_wall_s": 0.0},
+            records=pd.DataFrame(),
+            samples=pd.DataFrame(),
+            phases={},
+            provenance=provenance(seed=spec.seed, with_torch=False),
+            spec=spec,
+        )
     wd = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fp8lab-"))
     wd.mkdir(parents=True, exist_ok=True)
     log_path, result_path = wd / "worker.log", wd / "result.pkl"
@@ -456,8 +513,11 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     ctx = worker_context()
     from fp8lab import engine_worker
 
-    proc = ctx.Process(target=engine_worker.entry, name="fp8lab-engine",
-                       args=(str(log_path), spec.to_dict(), payload, options, str(result_path)))
+    proc = ctx.Process(
+        target=engine_worker.entry,
+        name="fp8lab-engine",
+        args=(str(log_path), spec.to_dict(), payload, options, str(result_path)),
+    )
     t0 = time.perf_counter()
     oom_kills = _oom_kill_count()
     proc.start()
@@ -505,8 +565,14 @@ def run_engine(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     if m:  # what the worker found for the KV cache after profiling (rounded to 0.01 GiB in the log)
         engine["kv_available_gib_logged"] = float(m[-1])
     return EngineResult(
-        status=status, error=error if status != "ok" else None, engine=engine,
-        records=pd.DataFrame(raw.get("records", [])), samples=pd.DataFrame(raw.get("samples", [])),
-        phases=raw.get("phases", {}), provenance=raw.get("provenance", {}), spec=spec,
-        log_tail=log[-4000:], run_dir=wd,
+        status=status,
+        error=error if status != "ok" else None,
+        engine=engine,
+        records=pd.DataFrame(raw.get("records", [])),
+        samples=pd.DataFrame(raw.get("samples", [])),
+        phases=raw.get("phases", {}),
+        provenance=raw.get("provenance", {}),
+        spec=spec,
+        log_tail=log[-4000:],
+        run_dir=wd,
     )

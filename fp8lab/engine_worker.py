@@ -77,8 +77,11 @@ class Sampler:
         return self
 
     def sample(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"t_s": time.perf_counter() - self._t0, "phase": self.phase,
-                               "mem_bytes": self.mem.used_bytes()}
+        row: dict[str, Any] = {
+            "t_s": time.perf_counter() - self._t0,
+            "phase": self.phase,
+            "mem_bytes": self.mem.used_bytes(),
+        }
         row.update(read_gauges())
         self.rows.append(row)
         return row
@@ -165,18 +168,29 @@ def _record(idx: int, req: dict[str, Any], out: Any, phase: str) -> dict[str, An
     m = out.metrics
     n = len(comp.token_ids)
     row: dict[str, Any] = {
-        "phase": phase, "request": idx, "cls": req["cls"], "tag": req["tag"],
-        "prompt_tokens": len(req["prompt_token_ids"]), "output_tokens": n,
+        "phase": phase,
+        "request": idx,
+        "cls": req["cls"],
+        "tag": req["tag"],
+        "prompt_tokens": len(req["prompt_token_ids"]),
+        "output_tokens": n,
         "finish_reason": comp.finish_reason,
         "output_token_ids": [int(t) for t in comp.token_ids],
     }
     if m is not None:
         ttft = float(m.first_token_latency)
         decode = float(m.last_token_ts - m.first_token_ts)
-        row.update(ttft_s=ttft, tpot_s=decode / (n - 1) if n > 1 else float("nan"), e2e_s=ttft + decode,
-                   queue_s=float(m.scheduled_ts - m.queued_ts), num_preemptions=int(getattr(m, "num_preemptions", 0)))
+        row.update(
+            ttft_s=ttft,
+            tpot_s=decode / (n - 1) if n > 1 else float("nan"),
+            e2e_s=ttft + decode,
+            queue_s=float(m.scheduled_ts - m.queued_ts),
+            num_preemptions=int(getattr(m, "num_preemptions", 0)),
+        )
     if req["prompt_logprobs"] is not None:
-        row.update(_logprob_columns(out.prompt_logprobs, list(req["prompt_token_ids"]), "prompt", req["prompt_logprobs"]))
+        row.update(
+            _logprob_columns(out.prompt_logprobs, list(req["prompt_token_ids"]), "prompt", req["prompt_logprobs"])
+        )
     if req["logprobs"] is not None:
         row.update(_logprob_columns(comp.logprobs, row["output_token_ids"], "output", req["logprobs"]))
     return row
@@ -198,8 +212,15 @@ def _run_offline(llm: Any, phase: dict[str, Any]) -> tuple[list[dict[str, Any]],
     return [_record(i, r, o, phase["name"]) for i, (r, o) in enumerate(zip(reqs, outs, strict=True))], wall
 
 
-async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_start: float, rid: str,
-                      tally: dict[str, list] | None = None) -> dict:
+async def _stream_one(
+    engine: Any,
+    idx: int,
+    req: dict[str, Any],
+    phase: str,
+    t_start: float,
+    rid: str,
+    tally: dict[str, list] | None = None,
+) -> dict:
     """Send one request and timestamp every streamed delta (client-side, ``time.perf_counter``).
     ``tally`` (sustained phases): every delta's ``(time, tokens)`` goes to ``tally["tokens"]`` and the
     prompt length of each request at its first token to ``tally["prefilled"]``, so a phase cut at a
@@ -225,8 +246,14 @@ async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_
             prompt_lp = out.prompt_logprobs
         output_lp.extend(out.outputs[0].logprobs or [])
         final = out
-    row: dict[str, Any] = {"phase": phase, "request": idx, "cls": req["cls"], "tag": req["tag"],
-                           "prompt_tokens": len(req["prompt_token_ids"]), "sent_s": sent - t_start}
+    row: dict[str, Any] = {
+        "phase": phase,
+        "request": idx,
+        "cls": req["cls"],
+        "tag": req["tag"],
+        "prompt_tokens": len(req["prompt_token_ids"]),
+        "sent_s": sent - t_start,
+    }
     n = sum(token_counts)
     row["output_tokens"] = n
     row["finish_reason"] = final.outputs[0].finish_reason if final is not None else None
@@ -241,9 +268,13 @@ async def _stream_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_
         itl: list[float] = []
         for prev, cur, k in zip(token_times, token_times[1:], token_counts[1:], strict=False):
             itl.extend([(cur - prev) / k] * k)
-        row.update(ttft_s=token_times[0] - sent, e2e_s=token_times[-1] - sent, itl_s=itl,
-                   tpot_s=(token_times[-1] - token_times[0]) / (n - 1) if n > 1 else float("nan"),
-                   merged_deltas=sum(1 for k in token_counts if k > 1))
+        row.update(
+            ttft_s=token_times[0] - sent,
+            e2e_s=token_times[-1] - sent,
+            itl_s=itl,
+            tpot_s=(token_times[-1] - token_times[0]) / (n - 1) if n > 1 else float("nan"),
+            merged_deltas=sum(1 for k in token_counts if k > 1),
+        )
     m = getattr(final, "metrics", None) if final is not None else None
     if m is not None:
         row["engine_ttft_s"] = float(m.first_token_latency)
@@ -260,12 +291,20 @@ async def _final_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_s
         final = out
     done = time.perf_counter()
     comp = final.outputs[0] if final is not None else None
-    row: dict[str, Any] = {"phase": phase, "request": idx, "cls": req["cls"], "tag": req["tag"],
-                           "prompt_tokens": len(req["prompt_token_ids"]), "sent_s": sent - t_start,
-                           "output_tokens": len(comp.token_ids) if comp is not None else 0,
-                           "finish_reason": comp.finish_reason if comp is not None else None,
-                           "output_token_ids": [int(t) for t in comp.token_ids] if comp is not None else [],
-                           "ttft_s": float("nan"), "tpot_s": float("nan"), "e2e_s": done - sent}
+    row: dict[str, Any] = {
+        "phase": phase,
+        "request": idx,
+        "cls": req["cls"],
+        "tag": req["tag"],
+        "prompt_tokens": len(req["prompt_token_ids"]),
+        "sent_s": sent - t_start,
+        "output_tokens": len(comp.token_ids) if comp is not None else 0,
+        "finish_reason": comp.finish_reason if comp is not None else None,
+        "output_token_ids": [int(t) for t in comp.token_ids] if comp is not None else [],
+        "ttft_s": float("nan"),
+        "tpot_s": float("nan"),
+        "e2e_s": done - sent,
+    }
     m = getattr(final, "metrics", None) if final is not None else None
     if m is not None:
         row["engine_ttft_s"] = float(m.first_token_latency)
@@ -294,6 +333,7 @@ async def _run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str
 
         await asyncio.gather(*(worker() for _ in range(conc)))
     else:
+
         async def delayed(i: int, r: dict[str, Any]) -> dict[str, Any]:
             delay = (r["arrival_s"] or 0.0) - (time.perf_counter() - t0)
             if delay > 0:
@@ -305,7 +345,9 @@ async def _run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str
     return sorted(rows, key=lambda r: r["request"]), wall
 
 
-async def _run_sustained(engine: Any, phase: dict[str, Any], t0: float, prefix: str) -> tuple[list[dict[str, Any]], float]:
+async def _run_sustained(
+    engine: Any, phase: dict[str, Any], t0: float, prefix: str
+) -> tuple[list[dict[str, Any]], float]:
     """A sustained closed loop: ``concurrency`` workers take requests from the phase's pool in turn (the pool
     repeats) until at least ``min_requests`` have finished **and** ``min_seconds`` have passed; then the
     requests still in flight are cancelled (vLLM aborts them), so the phase ends at its deadline with the
@@ -337,10 +379,13 @@ async def _run_sustained(engine: Any, phase: dict[str, Any], t0: float, prefix: 
     if errors:
         raise errors[0]
     window = t_stop - t0
-    phase["window"] = {"window_s": window,
-                       "output_tokens": int(sum(k for t, k in tally["tokens"] if t <= t_stop)),
-                       "prompt_tokens": int(sum(n for t, n in tally["prefilled"] if t <= t_stop)),
-                       "issued": int(next(counter)), "finished": len(rows)}
+    phase["window"] = {
+        "window_s": window,
+        "output_tokens": int(sum(k for t, k in tally["tokens"] if t <= t_stop)),
+        "prompt_tokens": int(sum(n for t, n in tally["prefilled"] if t <= t_stop)),
+        "issued": int(next(counter)),
+        "finished": len(rows),
+    }
     return sorted(rows, key=lambda r: r["request"]), window
 
 
@@ -371,8 +416,15 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # so the caller can kill the whole engine tree by process group
     path = Path(result_path)
-    res: dict[str, Any] = {"status": "running", "error": None, "engine": {}, "records": [], "samples": [],
-                           "phases": {}, "provenance": {}}
+    res: dict[str, Any] = {
+        "status": "running",
+        "error": None,
+        "engine": {},
+        "records": [],
+        "samples": [],
+        "phases": {},
+        "provenance": {},
+    }
     mem = devices.MemoryProbe(tensor_parallel_size=spec["tensor_parallel_size"])
     res["engine"]["mem_kind"] = mem.kind
     res["engine"]["mem_baseline_bytes"] = mem.used_bytes()
@@ -415,11 +467,15 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
             otoks = sum(r["output_tokens"] for r in rows)
             phase_samples = [s for s in sampler.rows if s["phase"] == phase["name"]]
             res["phases"][phase["name"]] = {
-                "wall_s": wall, "requests": len(rows), "prompt_tokens": ptoks, "output_tokens": otoks,
+                "wall_s": wall,
+                "requests": len(rows),
+                "prompt_tokens": ptoks,
+                "output_tokens": otoks,
                 "preemptions": snap.get("preemptions_total", 0.0) - before,
                 "kv_usage_peak": max((s.get("kv_usage", 0.0) for s in phase_samples), default=float("nan")),
-                "mem_peak_bytes": max((s["mem_bytes"] for s in phase_samples if s["mem_bytes"] is not None),
-                                      default=None),
+                "mem_peak_bytes": max(
+                    (s["mem_bytes"] for s in phase_samples if s["mem_bytes"] is not None), default=None
+                ),
             }
             res["records"].extend(rows)
             res["samples"] = list(sampler.rows)
@@ -485,8 +541,9 @@ def prepare_worker(log_path: str, env: dict[str, Any]) -> None:
     os.environ.update({k: str(v) for k, v in env.items()})
 
 
-def entry(log_path: str, spec: dict[str, Any], phases: list[dict[str, Any]], options: dict[str, Any],
-          result_path: str) -> None:
+def entry(
+    log_path: str, spec: dict[str, Any], phases: list[dict[str, Any]], options: dict[str, Any], result_path: str
+) -> None:
     """Spawn target: :func:`prepare_worker`, then one engine runs every phase."""
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # so the caller can kill the whole engine tree by process group

@@ -48,7 +48,7 @@ class FP8Format:
 
     @property
     def min_normal(self) -> float:
-        return 2.0 ** self.min_normal_exp
+        return 2.0**self.min_normal_exp
 
     @property
     def min_subnormal(self) -> float:
@@ -57,7 +57,7 @@ class FP8Format:
     @property
     def rel_step(self) -> float:
         """Spacing of representable values just above 1, as a fraction (the "machine epsilon")."""
-        return 2.0 ** -self.mantissa_bits
+        return 2.0**-self.mantissa_bits
 
 
 FORMATS: dict[str, FP8Format] = {
@@ -95,8 +95,13 @@ def quantize(x: torch.Tensor, fmt: str | FP8Format, rounding: Rounding = "rne") 
     return torch.clamp(r * quantum, -f.max, f.max)
 
 
-def encode(x: torch.Tensor, fmt: str | FP8Format, rounding: Rounding = "rne",
-           scale: float | torch.Tensor = 1.0, reciprocal: bool | None = None) -> torch.Tensor:
+def encode(
+    x: torch.Tensor,
+    fmt: str | FP8Format,
+    rounding: Rounding = "rne",
+    scale: float | torch.Tensor = 1.0,
+    reciprocal: bool | None = None,
+) -> torch.Tensor:
     """The FP8 values a cache stores for ``x`` with ``scale``: ``quantize(x / scale)`` (float32).
 
     ``scale`` is a per-tensor float or a tensor broadcastable to ``x`` (e.g. per KV head ``[H, 1]``
@@ -115,8 +120,13 @@ def encode(x: torch.Tensor, fmt: str | FP8Format, rounding: Rounding = "rne",
     return quantize(x32 * (1.0 / s) if reciprocal else x32 / s, fmt, rounding)
 
 
-def roundtrip(x: torch.Tensor, fmt: str | FP8Format, rounding: Rounding = "rne",
-              scale: float | torch.Tensor = 1.0, reciprocal: bool | None = None) -> torch.Tensor:
+def roundtrip(
+    x: torch.Tensor,
+    fmt: str | FP8Format,
+    rounding: Rounding = "rne",
+    scale: float | torch.Tensor = 1.0,
+    reciprocal: bool | None = None,
+) -> torch.Tensor:
     """What reading ``x`` back from an FP8 cache gives: ``encode(x, ...) * scale`` (float32, same shape)."""
     return encode(x, fmt, rounding, scale, reciprocal) * torch.as_tensor(scale, dtype=torch.float32)
 
@@ -128,8 +138,9 @@ def torch_cast_roundtrip(x: torch.Tensor, fmt: str | FP8Format, scale: float = 1
     return y.to(f.torch_dtype).to(torch.float32) * scale
 
 
-def error_stats(x: torch.Tensor, y: torch.Tensor, fmt: str | FP8Format | None = None,
-                scale: float | torch.Tensor = 1.0) -> dict[str, float]:
+def error_stats(
+    x: torch.Tensor, y: torch.Tensor, fmt: str | FP8Format | None = None, scale: float | torch.Tensor = 1.0
+) -> dict[str, float]:
     """How far the round trip ``y`` is from ``x`` (both any shape, compared elementwise).
 
     - ``rel_err``: ``||y - x||_2 / ||x||_2`` (relative Frobenius error, the headline);
@@ -159,5 +170,16 @@ def error_stats(x: torch.Tensor, y: torch.Tensor, fmt: str | FP8Format | None = 
     return out
 
 
-__all__ = ["FORMATS", "KV_DTYPE_FORMAT", "FP8Format", "FormatName", "Rounding", "encode", "error_stats", "get_format",
-           "quantize", "roundtrip", "torch_cast_roundtrip"]
+__all__ = [
+    "FORMATS",
+    "KV_DTYPE_FORMAT",
+    "FP8Format",
+    "FormatName",
+    "Rounding",
+    "encode",
+    "error_stats",
+    "get_format",
+    "quantize",
+    "roundtrip",
+    "torch_cast_roundtrip",
+]

@@ -78,20 +78,27 @@ class KVCapture:
         """``(Q, K, V)`` of each sequence for one layer (Q is None when not captured)."""
         out, start = [], 0
         for n in self.seq_lens:
-            q = self.queries[layer][start:start + n] if self.queries else None
-            out.append((q, self.keys[layer][start:start + n], self.values[layer][start:start + n]))
+            q = self.queries[layer][start : start + n] if self.queries else None
+            out.append((q, self.keys[layer][start : start + n], self.values[layer][start : start + n]))
             start += n
         return out
 
 
-def _capture_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                       attention_mask: Any, **kwargs: Any) -> Any:
+def _capture_attention(
+    module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any, **kwargs: Any
+) -> Any:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if _RECORDER is not None:
         # [1, heads, seq, head_dim] -> [seq, heads, head_dim]
-        _RECORDER.append((int(module.layer_idx), query[0].transpose(0, 1).detach().clone(),
-                          key[0].transpose(0, 1).detach().clone(), value[0].transpose(0, 1).detach().clone()))
+        _RECORDER.append(
+            (
+                int(module.layer_idx),
+                query[0].transpose(0, 1).detach().clone(),
+                key[0].transpose(0, 1).detach().clone(),
+                value[0].transpose(0, 1).detach().clone(),
+            )
+        )
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -113,8 +120,14 @@ def _model_dtype(model_path: str, dtype: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def capture_kv(model_path: str, token_id_batches: Sequence[Sequence[int]], *, dtype: str = "auto",
-               device: str = "cpu", with_queries: bool = True) -> KVCapture:
+def capture_kv(
+    model_path: str,
+    token_id_batches: Sequence[Sequence[int]],
+    *,
+    dtype: str = "auto",
+    device: str = "cpu",
+    with_queries: bool = True,
+) -> KVCapture:
     """Run each token-id sequence through ``model_path`` and return every layer's K/V (and Q).
 
     ``token_id_batches``: one token-id sequence per forward pass (each run alone, batch 1).
@@ -146,8 +159,14 @@ def capture_kv(model_path: str, token_id_batches: Sequence[Sequence[int]], *, dt
         del model
     layers = sorted(per_layer)
     cat = lambda i: [torch.cat([t[i] for t in per_layer[layer]]) for layer in layers]  # noqa: E731
-    return KVCapture(model=path, dtype=str(torch_dtype).removeprefix("torch."), keys=cat(1), values=cat(2),
-                     queries=cat(0) if with_queries else [], seq_lens=[len(s) for s in seqs])
+    return KVCapture(
+        model=path,
+        dtype=str(torch_dtype).removeprefix("torch."),
+        keys=cat(1),
+        values=cat(2),
+        queries=cat(0) if with_queries else [],
+        seq_lens=[len(s) for s in seqs],
+    )
 
 
 # ------------------------------------------------------------------------------------- scale sets
@@ -209,11 +228,15 @@ def check_kv_scales(model_path: str) -> dict[int, tuple[torch.Tensor, torch.Tens
     n_layers, kv_heads = c.get("num_hidden_layers"), c.get("num_key_value_heads") or c.get("num_attention_heads")
     where = f"check_kv_scales({Path(model_path).name})"
     if isinstance(n_layers, int) and sorted(scales) != list(range(n_layers)):
-        raise SpecError(where, "layers", sorted(scales), f"scales for each of the model's {n_layers} layers 0..{n_layers - 1}")
+        raise SpecError(
+            where, "layers", sorted(scales), f"scales for each of the model's {n_layers} layers 0..{n_layers - 1}"
+        )
     for layer, pair in scales.items():
         for name, t in zip(("k_scale", "v_scale"), pair, strict=True):
             if t.numel() not in (1, kv_heads):
-                raise SpecError(where, f"layer {layer} {name}", tuple(t.shape), f"1 value (per tensor) or {kv_heads} (per KV head)")
+                raise SpecError(
+                    where, f"layer {layer} {name}", tuple(t.shape), f"1 value (per tensor) or {kv_heads} (per KV head)"
+                )
             bad = t[~(torch.isfinite(t) & (t > 0))]
             if bad.numel():
                 raise SpecError(where, f"layer {layer} {name}", float(bad[0]), "finite scales > 0")

@@ -91,6 +91,7 @@ NULL_BLOCKS = 1
 #: vLLM's error when ``max_model_len`` does not fit (``kv_cache_utils._check_enough_kv_cache_memory``).
 _ESTIMATE_RE = re.compile(r"estimated maximum model length is (\d+)")
 
+
 # ============================================================================ the plan
 def _tuple(v: Any) -> tuple:
     if v is None:
@@ -157,8 +158,17 @@ class LongCtxPlan:
         if not isinstance(self.model, str) or not self.model.strip():
             raise SpecError("LongCtxPlan", "model", self.model, "a model folder, a config folder or a hub id")
         setf("model", resolve_model(self.model))
-        for name in ("lengths", "kv_dtypes", "inserts", "random_token_lengths", "sweep_block_sizes", "sweep_dtypes",
-                     "sweep_lengths", "passkey_lengths", "passkey_depths"):
+        for name in (
+            "lengths",
+            "kv_dtypes",
+            "inserts",
+            "random_token_lengths",
+            "sweep_block_sizes",
+            "sweep_dtypes",
+            "sweep_lengths",
+            "passkey_lengths",
+            "passkey_depths",
+        ):
             setf(name, _tuple(getattr(self, name)))
         setf("lengths", tuple(sorted(set(self.lengths))))
         if not self.lengths:
@@ -166,7 +176,9 @@ class LongCtxPlan:
         for v in self.lengths:
             check_int(self, "lengths", v, 1, 10_000_000)
         if not self.kv_dtypes or self.kv_dtypes[0] != BASELINE or len(set(self.kv_dtypes)) != len(self.kv_dtypes):
-            raise SpecError("LongCtxPlan", "kv_dtypes", self.kv_dtypes, "distinct kv dtypes, the first 'auto' (the baseline)")
+            raise SpecError(
+                "LongCtxPlan", "kv_dtypes", self.kv_dtypes, "distinct kv dtypes, the first 'auto' (the baseline)"
+            )
         for d in (*self.kv_dtypes, *self.sweep_dtypes):
             check_choice(self, "kv_dtypes", d, KVDtype)
         check_int(self, "output_tokens", self.output_tokens, 2, 100_000)
@@ -179,7 +191,9 @@ class LongCtxPlan:
         check_int(self, "max_num_batched_tokens", self.max_num_batched_tokens, 16, 10_000_000, optional=True)
         check_int(self, "max_num_seqs", self.max_num_seqs, 1, 65536, optional=True)
         if self.max_num_seqs is not None and self.concurrency > self.max_num_seqs:
-            raise SpecError("LongCtxPlan", "concurrency", self.concurrency, f"at most max_num_seqs = {self.max_num_seqs}")
+            raise SpecError(
+                "LongCtxPlan", "concurrency", self.concurrency, f"at most max_num_seqs = {self.max_num_seqs}"
+            )
         check_float(self, "kv_cache_gib", self.kv_cache_gib, 0.0, 4096.0, lo_open=True, optional=True)
         check_float(self, "quality_kv_cache_gib", self.quality_kv_cache_gib, 0.0, 4096.0, lo_open=True, optional=True)
         check_float(self, "gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, lo_open=True)
@@ -194,8 +208,15 @@ class LongCtxPlan:
             for v in getattr(self, name):
                 check_int(self, name, v, 1, longest)
         if self.quality_model is not None:
-            setf("quality_model", check_model_folder(self, "quality_model", self.quality_model,
-                                                     "a local model folder with real weights and a tokenizer, or None"))
+            setf(
+                "quality_model",
+                check_model_folder(
+                    self,
+                    "quality_model",
+                    self.quality_model,
+                    "a local model folder with real weights and a tokenizer, or None",
+                ),
+            )
         check_int(self, "quality_length", self.quality_length, 2, 10_000_000, optional=True)
         check_int(self, "quality_docs", self.quality_docs, 0, 1000)
         check_int(self, "quality_random_docs", self.quality_random_docs, 0, 1000)
@@ -210,37 +231,68 @@ class LongCtxPlan:
         check_float(self, "timeout_s", self.timeout_s, 0.0, 86400.0, lo_open=True)
         limit = kvmath.load_layout(self.model).max_position_embeddings
         if limit and self.max_context > limit:
-            raise SpecError("LongCtxPlan", "lengths", longest,
-                            f"longest prompt + output_tokens at most the model's max_position_embeddings = {limit}")
+            raise SpecError(
+                "LongCtxPlan",
+                "lengths",
+                longest,
+                f"longest prompt + output_tokens at most the model's max_position_embeddings = {limit}",
+            )
         if self.quality_model is not None:
             qlimit = kvmath.load_layout(self.quality_model).max_position_embeddings
             if qlimit and self.quality_context > qlimit:
-                raise SpecError("LongCtxPlan", "quality_length / passkey_lengths", self.quality_context,
-                                f"at most the quality model's max_position_embeddings = {qlimit} (with the output tokens)")
+                raise SpecError(
+                    "LongCtxPlan",
+                    "quality_length / passkey_lengths",
+                    self.quality_context,
+                    f"at most the quality model's max_position_embeddings = {qlimit} (with the output tokens)",
+                )
 
     # ---------------------------------------------------------------- derived
     @classmethod
     def from_params(cls, p: Mapping[str, Any]) -> LongCtxPlan:
         """The plan from a notebook's UPPER_CASE parameters (see the notebook's ``parameters`` cell)."""
-        lengths = length_grid(p["LENGTH_GRID"], p["MIN_LENGTH"], p["MAX_CONTEXT"], p["OUTPUT_TOKENS"],
-                              step=p.get("LENGTH_STEP", 1024), factor=p.get("LENGTH_FACTOR", 2.0))
+        lengths = length_grid(
+            p["LENGTH_GRID"],
+            p["MIN_LENGTH"],
+            p["MAX_CONTEXT"],
+            p["OUTPUT_TOKENS"],
+            step=p.get("LENGTH_STEP", 1024),
+            factor=p.get("LENGTH_FACTOR", 2.0),
+        )
         last = lengths[-1]
         sweep = tuple(last if v == "longest" else v for v in _tuple(p.get("SWEEP_LENGTHS")))
         return cls(
-            model=p["MODEL"], lengths=lengths, kv_dtypes=tuple(p["KV_DTYPES"]), output_tokens=p["OUTPUT_TOKENS"],
-            requests_per_length=p["REQUESTS_PER_LENGTH"], concurrency=p["CONCURRENCY"], block_size=p["BLOCK_SIZE"],
-            max_num_batched_tokens=p["MAX_NUM_BATCHED_TOKENS"], max_num_seqs=p["MAX_NUM_SEQS"],
-            kv_cache_gib=p["KV_CACHE_GIB"], gpu_memory_utilization=p["GPU_MEMORY_UTILIZATION"],
-            enforce_eager=p["ENFORCE_EAGER"], load_format=p["LOAD_FORMAT"], inserts=tuple(p["INSERTS"]),
+            model=p["MODEL"],
+            lengths=lengths,
+            kv_dtypes=tuple(p["KV_DTYPES"]),
+            output_tokens=p["OUTPUT_TOKENS"],
+            requests_per_length=p["REQUESTS_PER_LENGTH"],
+            concurrency=p["CONCURRENCY"],
+            block_size=p["BLOCK_SIZE"],
+            max_num_batched_tokens=p["MAX_NUM_BATCHED_TOKENS"],
+            max_num_seqs=p["MAX_NUM_SEQS"],
+            kv_cache_gib=p["KV_CACHE_GIB"],
+            gpu_memory_utilization=p["GPU_MEMORY_UTILIZATION"],
+            enforce_eager=p["ENFORCE_EAGER"],
+            load_format=p["LOAD_FORMAT"],
+            inserts=tuple(p["INSERTS"]),
             insert_every=p["INSERT_EVERY"],
             random_token_lengths=tuple(last if v == "longest" else v for v in _tuple(p["RANDOM_TOKEN_LENGTHS"])),
-            sweep_block_sizes=tuple(p["SWEEP_BLOCK_SIZES"]), sweep_dtypes=tuple(p["SWEEP_DTYPES"]), sweep_lengths=sweep,
-            probe_boundary=p["PROBE_BOUNDARY"], quality_model=p["QUALITY_MODEL"],
-            quality_kv_cache_gib=p["QUALITY_KV_CACHE_GIB"], quality_length=p["QUALITY_LENGTH"],
-            quality_docs=p["QUALITY_DOCS"], quality_random_docs=p["QUALITY_RANDOM_DOCS"], top_k=p["TOP_K"],
+            sweep_block_sizes=tuple(p["SWEEP_BLOCK_SIZES"]),
+            sweep_dtypes=tuple(p["SWEEP_DTYPES"]),
+            sweep_lengths=sweep,
+            probe_boundary=p["PROBE_BOUNDARY"],
+            quality_model=p["QUALITY_MODEL"],
+            quality_kv_cache_gib=p["QUALITY_KV_CACHE_GIB"],
+            quality_length=p["QUALITY_LENGTH"],
+            quality_docs=p["QUALITY_DOCS"],
+            quality_random_docs=p["QUALITY_RANDOM_DOCS"],
+            top_k=p["TOP_K"],
             position_bins=p["POSITION_BINS"],
             passkey_lengths=tuple(last if v == "longest" else v for v in _tuple(p["PASSKEY_LENGTHS"])),
-            passkey_depths=tuple(p["PASSKEY_DEPTHS"]), passkey_trials=p["PASSKEY_TRIALS"], seed=p["SEED"],
+            passkey_depths=tuple(p["PASSKEY_DEPTHS"]),
+            passkey_trials=p["PASSKEY_TRIALS"],
+            seed=p["SEED"],
         )
 
     @property
@@ -276,22 +328,40 @@ class LongCtxPlan:
 
         return default_block_size()
 
-    def engine_spec(self, kv_dtype: str, *, block_size: int | None = None, max_model_len: int | None = None,
-                    quality: bool = False) -> EngineSpec:
+    def engine_spec(
+        self, kv_dtype: str, *, block_size: int | None = None, max_model_len: int | None = None, quality: bool = False
+    ) -> EngineSpec:
         """The engine of a ramp / sweep / probe (``quality=False``) or a separate quality engine."""
         if quality:
-            return EngineSpec(model=self.quality_model, kv_cache_dtype=kv_dtype, block_size=block_size or self.block_size,
-                              max_model_len=max_model_len or self.quality_context, kv_cache_gib=self.quality_kv_cache_gib,
-                              gpu_memory_utilization=self.gpu_memory_utilization, max_num_seqs=self.max_num_seqs,
-                              max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager,
-                              seed=self.seed, timeout_s=self.timeout_s)
+            return EngineSpec(
+                model=self.quality_model,
+                kv_cache_dtype=kv_dtype,
+                block_size=block_size or self.block_size,
+                max_model_len=max_model_len or self.quality_context,
+                kv_cache_gib=self.quality_kv_cache_gib,
+                gpu_memory_utilization=self.gpu_memory_utilization,
+                max_num_seqs=self.max_num_seqs,
+                max_num_batched_tokens=self.max_num_batched_tokens,
+                enforce_eager=self.enforce_eager,
+                seed=self.seed,
+                timeout_s=self.timeout_s,
+            )
         mml = max_model_len or max(self.max_context, self.quality_context if self.quality_merged else 0)
-        return EngineSpec(model=self.model, kv_cache_dtype=kv_dtype, block_size=block_size or self.block_size,
-                          max_model_len=mml, kv_cache_gib=self.kv_cache_gib,
-                          gpu_memory_utilization=self.gpu_memory_utilization, max_num_seqs=self.max_num_seqs,
-                          max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager,
-                          load_format=self.load_format, skip_tokenizer_init=self.load_format == "dummy",
-                          seed=self.seed, timeout_s=self.timeout_s)
+        return EngineSpec(
+            model=self.model,
+            kv_cache_dtype=kv_dtype,
+            block_size=block_size or self.block_size,
+            max_model_len=mml,
+            kv_cache_gib=self.kv_cache_gib,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            enforce_eager=self.enforce_eager,
+            load_format=self.load_format,
+            skip_tokenizer_init=self.load_format == "dummy",
+            seed=self.seed,
+            timeout_s=self.timeout_s,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         import dataclasses
@@ -330,16 +400,25 @@ def parse_estimated_max_len(error: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def predicted_num_blocks(plan: LongCtxPlan, kv_dtype: str, block_size: int, budget_bytes: int | None = None,
-                         hybrid_kv_cache_manager: bool = True) -> int | None:
+def predicted_num_blocks(
+    plan: LongCtxPlan,
+    kv_dtype: str,
+    block_size: int,
+    budget_bytes: int | None = None,
+    hybrid_kv_cache_manager: bool = True,
+) -> int | None:
     """KV blocks of an engine of ``plan`` by :func:`fp8lab.kvmath.predict_num_blocks`, from ``budget_bytes``
     or the plan's ``kv_cache_gib``; ``None`` when neither is known (vLLM sizes the cache itself)."""
-    budget = budget_bytes if budget_bytes is not None else (
-        int(plan.kv_cache_gib * kvmath.GIB) if plan.kv_cache_gib is not None else None)
+    budget = (
+        budget_bytes
+        if budget_bytes is not None
+        else (int(plan.kv_cache_gib * kvmath.GIB) if plan.kv_cache_gib is not None else None)
+    )
     if budget is None:
         return None
-    return kvmath.predict_num_blocks(plan.model, budget, block_size, kv_dtype,
-                                     hybrid_kv_cache_manager=hybrid_kv_cache_manager)
+    return kvmath.predict_num_blocks(
+        plan.model, budget, block_size, kv_dtype, hybrid_kv_cache_manager=hybrid_kv_cache_manager
+    )
 
 
 # ============================================================================ phases
@@ -370,8 +449,9 @@ def ramp_prompt(plan: LongCtxPlan, length: int, doc: int) -> tuple[int, ...]:
     one: the ramp reads the same document ever deeper (prefix caching is off, so nothing is reused)."""
     if plan.prompt_source == "random":
         return random_ids(_vocab(plan.model), length, seed=plan.seed * 1000 + doc)
-    return document_ids(plan.model, length, offset=doc * plan.lengths[-1], inserts=plan.inserts,
-                        every=plan.insert_every, seed=plan.seed)
+    return document_ids(
+        plan.model, length, offset=doc * plan.lengths[-1], inserts=plan.inserts, every=plan.insert_every, seed=plan.seed
+    )
 
 
 def ramp_phases(plan: LongCtxPlan) -> list[Phase]:
@@ -387,14 +467,19 @@ def ramp_phases(plan: LongCtxPlan) -> list[Phase]:
         phases.append(Phase(f"ramp-c1-L{L}", reqs, concurrency=1))
     if C > 1:
         for L in plan.lengths:
-            reqs = tuple(Request(ramp_prompt(plan, L, R + i), out, cls=f"L{L}", tag=f"c{C}-L{L}-r{i}") for i in range(C))
+            reqs = tuple(
+                Request(ramp_prompt(plan, L, R + i), out, cls=f"L{L}", tag=f"c{C}-L{L}-r{i}") for i in range(C)
+            )
             phases.append(Phase(f"ramp-c{C}-L{L}", reqs, concurrency=C))
     if plan.prompt_source == "text":
         for L in plan.random_token_lengths:
             ids = random_ids(_vocab(plan.model), L, seed=plan.seed + 77)
             text = ramp_prompt(plan, L, 0)
-            reqs = (Request(text, out, cls="text", tag=f"text-a-L{L}"), Request(ids, out, cls="random", tag=f"randtok-L{L}"),
-                    Request(text, out, cls="text", tag=f"text-b-L{L}"))
+            reqs = (
+                Request(text, out, cls="text", tag=f"text-a-L{L}"),
+                Request(ids, out, cls="random", tag=f"randtok-L{L}"),
+                Request(text, out, cls="text", tag=f"text-b-L{L}"),
+            )
             phases.append(Phase(f"randtok-L{L}", reqs, concurrency=1))
     return phases
 
@@ -412,10 +497,21 @@ def quality_documents(plan: LongCtxPlan) -> dict[str, list[tuple[int, ...]]]:
     so they are never the ramp's prompts."""
     model = plan.quality_model
     base = (plan.requests_per_length + plan.concurrency) * plan.lengths[-1] if plan.prompt_source == "text" else 0
-    text = [document_ids(model, plan.doc_length, offset=base + j * plan.doc_length, inserts=plan.inserts,
-                         every=plan.insert_every, seed=plan.seed) for j in range(plan.quality_docs)]
-    rnd = [random_ids(_vocab(model), plan.doc_length, seed=plan.seed * 7919 + 5000 + j)
-           for j in range(plan.quality_random_docs)]
+    text = [
+        document_ids(
+            model,
+            plan.doc_length,
+            offset=base + j * plan.doc_length,
+            inserts=plan.inserts,
+            every=plan.insert_every,
+            seed=plan.seed,
+        )
+        for j in range(plan.quality_docs)
+    ]
+    rnd = [
+        random_ids(_vocab(model), plan.doc_length, seed=plan.seed * 7919 + 5000 + j)
+        for j in range(plan.quality_random_docs)
+    ]
     return {"text": text, "random": rnd}
 
 
@@ -428,15 +524,29 @@ def quality_phases(plan: LongCtxPlan) -> tuple[list[Phase], list[PasskeyItem]]:
     phases = []
     for source, docs in quality_documents(plan).items():
         if docs:
-            reqs = tuple(Request(d, max_tokens=1, prompt_logprobs=plan.top_k, cls=source, tag=f"{source}-{j}")
-                         for j, d in enumerate(docs))
+            reqs = tuple(
+                Request(d, max_tokens=1, prompt_logprobs=plan.top_k, cls=source, tag=f"{source}-{j}")
+                for j, d in enumerate(docs)
+            )
             phases.append(Phase(f"div-{source}", reqs, concurrency=1))
     items: list[PasskeyItem] = []
     if plan.passkey_lengths:
-        items = passkey_items(plan.quality_model, plan.passkey_lengths, plan.passkey_depths, plan.passkey_trials,
-                              seed=plan.seed, inserts=plan.inserts, every=plan.insert_every)
-        phases.append(Phase("passkey", tuple(Request(it.prompt, PASSKEY_OUTPUT_TOKENS, cls="passkey", tag=it.tag)
-                                             for it in items), concurrency=1))
+        items = passkey_items(
+            plan.quality_model,
+            plan.passkey_lengths,
+            plan.passkey_depths,
+            plan.passkey_trials,
+            seed=plan.seed,
+            inserts=plan.inserts,
+            every=plan.insert_every,
+        )
+        phases.append(
+            Phase(
+                "passkey",
+                tuple(Request(it.prompt, PASSKEY_OUTPUT_TOKENS, cls="passkey", tag=it.tag) for it in items),
+                concurrency=1,
+            )
+        )
     return phases, items
 
 
@@ -496,36 +606,67 @@ def plan_table(plan: LongCtxPlan) -> pd.DataFrame:
     for dt in plan.kv_dtypes:
         mml = ramp_max_model_len(plan, dt, bs)
         fit = fit_phases(ramp, mml)
-        rows.append({"role": "ramp", "kv_dtype": dt, "block_size": bs, "max_model_len": mml,
-                     "phases": len(fit), "requests": sum(len(p.requests) for p in fit),
-                     "prompt_tokens": sum(r.prompt_len for p in fit for r in p.requests)})
+        rows.append(
+            {
+                "role": "ramp",
+                "kv_dtype": dt,
+                "block_size": bs,
+                "max_model_len": mml,
+                "phases": len(fit),
+                "requests": sum(len(p.requests) for p in fit),
+                "prompt_tokens": sum(r.prompt_len for p in fit for r in p.requests),
+            }
+        )
     sw = sweep_phases(plan)
     for dt in plan.sweep_dtypes:
         for b in plan.sweep_block_sizes:
             if b == bs and dt in plan.kv_dtypes:
                 continue
-            rows.append({"role": "sweep", "kv_dtype": dt, "block_size": b,
-                         "max_model_len": max(plan.sweep_lengths, default=0) + plan.output_tokens, "phases": len(sw),
-                         "requests": sum(len(p.requests) for p in sw),
-                         "prompt_tokens": sum(r.prompt_len for p in sw for r in p.requests)})
+            rows.append(
+                {
+                    "role": "sweep",
+                    "kv_dtype": dt,
+                    "block_size": b,
+                    "max_model_len": max(plan.sweep_lengths, default=0) + plan.output_tokens,
+                    "phases": len(sw),
+                    "requests": sum(len(p.requests) for p in sw),
+                    "prompt_tokens": sum(r.prompt_len for p in sw for r in p.requests),
+                }
+            )
     if plan.probe_boundary:
         for dt in plan.kv_dtypes:
             nb = predicted_num_blocks(plan, dt, bs)
-            rows.append({"role": "probe", "kv_dtype": dt, "block_size": bs,
-                         "max_model_len": longest_context(nb, bs) + bs if nb is not None else None,
-                         "phases": 0, "requests": 0, "prompt_tokens": 0})
+            rows.append(
+                {
+                    "role": "probe",
+                    "kv_dtype": dt,
+                    "block_size": bs,
+                    "max_model_len": longest_context(nb, bs) + bs if nb is not None else None,
+                    "phases": 0,
+                    "requests": 0,
+                    "prompt_tokens": 0,
+                }
+            )
     if plan.quality_model is not None and not plan.quality_merged:
         qp = quality_phases(plan)[0]
         for dt in plan.kv_dtypes:
-            rows.append({"role": "quality", "kv_dtype": dt, "block_size": plan.block_size,
-                         "max_model_len": plan.quality_context, "phases": len(qp),
-                         "requests": sum(len(p.requests) for p in qp),
-                         "prompt_tokens": sum(r.prompt_len for p in qp for r in p.requests)})
+            rows.append(
+                {
+                    "role": "quality",
+                    "kv_dtype": dt,
+                    "block_size": plan.block_size,
+                    "max_model_len": plan.quality_context,
+                    "phases": len(qp),
+                    "requests": sum(len(p.requests) for p in qp),
+                    "prompt_tokens": sum(r.prompt_len for p in qp for r in p.requests),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] | None = None,
-              progress: bool = True) -> LongCtxResult:
+def run_study(
+    plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] | None = None, progress: bool = True
+) -> LongCtxResult:
     """Run (or load) every engine of ``plan``: the ramps, the block-size sweep, the boundary probes and the
     separate quality engines, in that order; every failure is kept as an outcome and the study goes on.
 
@@ -542,25 +683,49 @@ def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] 
     runs: list[dict[str, Any]] = []
     q_phases, items = quality_phases(plan)
 
-    def run(role: str, dt: str, spec: EngineSpec, phases: Sequence[Phase], emulate: bool = False,
-            driver: str = "async", **kw: Any) -> Any:
+    def run(
+        role: str,
+        dt: str,
+        spec: EngineSpec,
+        phases: Sequence[Phase],
+        emulate: bool = False,
+        driver: str = "async",
+        **kw: Any,
+    ) -> Any:
         t = time.perf_counter()
         if emulate:  # an FP8 spec on an emulated-FP8 engine (fp8lab.fp8emu), stored apart from native runs
             from fp8lab import fp8emu
 
             env = fp8emu.env_for(spec.kv_cache_dtype)
-            res = runner(spec.replace(kv_cache_dtype="auto"), list(phases), study=f"{study}.fp8emu-{env[fp8emu.ENV]}",
-                         driver=driver, sample_interval_s=0.1, env=env, **kw)
+            res = runner(
+                spec.replace(kv_cache_dtype="auto"),
+                list(phases),
+                study=f"{study}.fp8emu-{env[fp8emu.ENV]}",
+                driver=driver,
+                sample_interval_s=0.1,
+                env=env,
+                **kw,
+            )
             res.extra["emulated"] = env[fp8emu.ENV]
         else:
             res = runner(spec, list(phases), study=study, driver=driver, sample_interval_s=0.1, **kw)
-        runs.append({"role": role, "kv_dtype": dt, "block_size": spec.block_size or bs,
-                     "max_model_len": spec.max_model_len, "result": res})
+        runs.append(
+            {
+                "role": role,
+                "kv_dtype": dt,
+                "block_size": spec.block_size or bs,
+                "max_model_len": spec.max_model_len,
+                "result": res,
+            }
+        )
         if progress:
             cached = " (cached)" if getattr(res, "extra", {}).get("cached") else ""
             err = f" - {res.error}" if res.status != "ok" else ""
-            print(f"[{role}] kv_cache_dtype={dt} block_size={spec.block_size or bs} max_model_len={spec.max_model_len}: "
-                  f"{res.status}{cached} in {time.perf_counter() - t:.0f} s{err[:300]}", flush=True)
+            print(
+                f"[{role}] kv_cache_dtype={dt} block_size={spec.block_size or bs} max_model_len={spec.max_model_len}: "
+                f"{res.status}{cached} in {time.perf_counter() - t:.0f} s{err[:300]}",
+                flush=True,
+            )
         return res
 
     ramp_all = ramp_phases(plan) + (q_phases if plan.quality_merged else [])
@@ -597,8 +762,14 @@ def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] 
                 continue
             # the probe is about memory, not positions; it only starts, so the offline driver (on a CPU its engine
             # core runs in the worker: no second process to start, fp8lab.devices.engine_env)
-            run("probe", dt, plan.engine_spec(dt, max_model_len=over), (), driver="llm",
-                env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
+            run(
+                "probe",
+                dt,
+                plan.engine_spec(dt, max_model_len=over),
+                (),
+                driver="llm",
+                env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+            )
 
     if plan.quality_model is not None and not plan.quality_merged and q_phases:
         for dt in plan.kv_dtypes:
@@ -614,8 +785,9 @@ def run_study(plan: LongCtxPlan, study: str = STUDY, runner: Callable[..., Any] 
 EMULATED_ROLE = "quality-emulated"
 
 
-def _run_emulated(plan: LongCtxPlan, q_phases: Sequence[Phase], study: str,
-                  run: Callable[..., Any]) -> tuple[list[str], list[str]]:
+def _run_emulated(
+    plan: LongCtxPlan, q_phases: Sequence[Phase], study: str, run: Callable[..., Any]
+) -> tuple[list[str], list[str]]:
     """On a device without the native FP8 KV kernel: the quality phases (divergence, passkey) of each FP8
     dtype again on an emulated-FP8 engine (:mod:`fp8lab.fp8emu`), labelled ``<dtype> (emulated)``; its ramp,
     sweep and probe engines stay ``unsupported`` (speed and capacity are never emulated). Returns the
@@ -628,8 +800,10 @@ def _run_emulated(plan: LongCtxPlan, q_phases: Sequence[Phase], study: str,
     missing = [(dt, sup) for dt, sup in missing if not sup.native]
     if not missing:
         return [], []
-    notes = [f"Not measured: the long-context speed and capacity of kv_cache_dtype {', '.join(d for d, _ in missing)}, "
-             f"because {missing[0][1].reason} (capacities shown for it are the formula's prediction)."]
+    notes = [
+        f"Not measured: the long-context speed and capacity of kv_cache_dtype {', '.join(d for d, _ in missing)}, "
+        f"because {missing[0][1].reason} (capacities shown for it are the formula's prediction)."
+    ]
     labels = []
     if q_phases:
         for dt, sup in missing:
@@ -638,8 +812,10 @@ def _run_emulated(plan: LongCtxPlan, q_phases: Sequence[Phase], study: str,
             label = fp8emu.emulated_label(dt)
             spec = plan.engine_spec(dt, quality=plan.quality_model is not None)
             # a bf16 cache takes twice the bytes: twice the budget holds the tokens the FP8 engine would
-            spec = spec.replace(max_model_len=max(r.prompt_len + r.max_tokens for p in q_phases for r in p.requests),
-                                kv_cache_gib=2 * spec.kv_cache_gib if spec.kv_cache_gib else None)
+            spec = spec.replace(
+                max_model_len=max(r.prompt_len + r.max_tokens for p in q_phases for r in p.requests),
+                kv_cache_gib=2 * spec.kv_cache_gib if spec.kv_cache_gib else None,
+            )
             run(EMULATED_ROLE, label, spec, q_phases, emulate=True)
             labels.append(label)
         if labels:
@@ -653,11 +829,18 @@ def _collect(res: LongCtxResult) -> None:
         r = run["result"]
         e = dict(r.engine or {})
         key = {"engine": i, "role": run["role"], "kv_dtype": run["kv_dtype"], "block_size": run["block_size"]}
-        engines.append({**key, "max_model_len_asked": run["max_model_len"], "status": r.status, "error": r.error,
-                        "vllm_estimated_max_len": parse_estimated_max_len(r.error),
-                        "cached": bool(getattr(r, "extra", {}).get("cached")),
-                        "run_dir": str(getattr(r, "run_dir", "") or ""),
-                        **{k: v for k, v in e.items() if not isinstance(v, (list, dict))}})
+        engines.append(
+            {
+                **key,
+                "max_model_len_asked": run["max_model_len"],
+                "status": r.status,
+                "error": r.error,
+                "vllm_estimated_max_len": parse_estimated_max_len(r.error),
+                "cached": bool(getattr(r, "extra", {}).get("cached")),
+                "run_dir": str(getattr(r, "run_dir", "") or ""),
+                **{k: v for k, v in e.items() if not isinstance(v, (list, dict))},
+            }
+        )
         if r.status != "ok":
             continue
         if len(r.records):
@@ -669,11 +852,18 @@ def _collect(res: LongCtxResult) -> None:
         smp = r.samples if len(r.samples) else pd.DataFrame(columns=["phase"])
         for name, ph in (r.phases or {}).items():
             s = smp[smp["phase"] == name] if "phase" in smp else smp.iloc[0:0]
-            phases.append({**key, "phase": name, **phase_meta(name),
-                           **{k: v for k, v in ph.items() if not isinstance(v, (list, dict))},
-                           "running_peak": float(s["running"].max()) if "running" in s and len(s) else np.nan,
-                           "waiting_peak": float(s["waiting"].max()) if "waiting" in s and len(s) else np.nan,
-                           "num_blocks": e.get("num_blocks"), "engine_block_size": e.get("block_size")})
+            phases.append(
+                {
+                    **key,
+                    "phase": name,
+                    **phase_meta(name),
+                    **{k: v for k, v in ph.items() if not isinstance(v, (list, dict))},
+                    "running_peak": float(s["running"].max()) if "running" in s and len(s) else np.nan,
+                    "waiting_peak": float(s["waiting"].max()) if "waiting" in s and len(s) else np.nan,
+                    "num_blocks": e.get("num_blocks"),
+                    "engine_block_size": e.get("block_size"),
+                }
+            )
     res.engines = pd.DataFrame(engines)
     res.records = pd.concat(recs, ignore_index=True) if recs else pd.DataFrame()
     res.phases = pd.DataFrame(phases)
@@ -713,10 +903,17 @@ def _stats(g: pd.DataFrame) -> dict[str, float]:
 
     itl = metrics.explode_itl(g)["itl_s"].to_numpy() if "itl_s" in g else np.array([])
     pi = metrics.percentiles(itl)
-    return {"n": len(g), "ttft_p50_s": float(g.ttft_s.median()), "ttft_mean_s": float(g.ttft_s.mean()),
-            "itl_p50_s": pi["p50"], "itl_p95_s": pi["p95"], "n_itl": pi["n"],
-            "tpot_p50_s": float(g.tpot_s.median()), "e2e_p50_s": float(g.e2e_s.median()),
-            "rec_preemptions": float(g.num_preemptions.sum()) if "num_preemptions" in g else np.nan}
+    return {
+        "n": len(g),
+        "ttft_p50_s": float(g.ttft_s.median()),
+        "ttft_mean_s": float(g.ttft_s.mean()),
+        "itl_p50_s": pi["p50"],
+        "itl_p95_s": pi["p95"],
+        "n_itl": pi["n"],
+        "tpot_p50_s": float(g.tpot_s.median()),
+        "e2e_p50_s": float(g.e2e_s.median()),
+        "rec_preemptions": float(g.num_preemptions.sum()) if "num_preemptions" in g else np.nan,
+    }
 
 
 def ramp_table(res: LongCtxResult) -> pd.DataFrame:
@@ -750,8 +947,13 @@ def ramp_table(res: LongCtxResult) -> pd.DataFrame:
                 sel = (recs.role == "ramp") & (recs.kv_dtype == dt) & (recs.phase == name) if len(recs) else None
                 g = recs[sel] if sel is not None else pd.DataFrame()
                 if L + plan.output_tokens > mml or g.empty:
-                    rows.append({**row, "outcome": "over_capacity" if L + plan.output_tokens > mml else "missing",
-                                 "max_model_len": mml})
+                    rows.append(
+                        {
+                            **row,
+                            "outcome": "over_capacity" if L + plan.output_tokens > mml else "missing",
+                            "max_model_len": mml,
+                        }
+                    )
                     continue
                 g = g[g.engine == g.engine.max()]
                 p = ph[(ph.engine == g.engine.iloc[0]) & (ph.phase == name)].iloc[0]
@@ -770,11 +972,23 @@ def ramp_table(res: LongCtxResult) -> pd.DataFrame:
                     outcome = "preempted"
                 else:
                     outcome = "held" if together else "serialized"
-                rows.append({**row, "outcome": outcome, "max_model_len": mml, **_stats(g), "preemptions": preempt,
-                             "kv_usage_peak": usage, "blocks_used_peak": round(usage * (nb - NULL_BLOCKS)) if np.isfinite(usage) else np.nan,
-                             "kv_used_bytes": usage * (nb - NULL_BLOCKS) * _bytes_per_block(plan, dt, ebs),
-                             "mem_peak_bytes": p.mem_peak_bytes, "running_peak": p.running_peak,
-                             "decode_overlap_peak": overlap, "num_blocks": nb, "block_size": ebs})
+                rows.append(
+                    {
+                        **row,
+                        "outcome": outcome,
+                        "max_model_len": mml,
+                        **_stats(g),
+                        "preemptions": preempt,
+                        "kv_usage_peak": usage,
+                        "blocks_used_peak": round(usage * (nb - NULL_BLOCKS)) if np.isfinite(usage) else np.nan,
+                        "kv_used_bytes": usage * (nb - NULL_BLOCKS) * _bytes_per_block(plan, dt, ebs),
+                        "mem_peak_bytes": p.mem_peak_bytes,
+                        "running_peak": p.running_peak,
+                        "decode_overlap_peak": overlap,
+                        "num_blocks": nb,
+                        "block_size": ebs,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -795,28 +1009,44 @@ def boundary_table(res: LongCtxResult) -> pd.DataFrame:
         ramp, first_status = _ramp_engine(res, dt)
         nb_f = predicted_num_blocks(plan, dt, bs)
         nb_e = int(ramp.engine["num_blocks"]) if ramp is not None else None
-        over = eng[(eng.kv_dtype == dt) & eng.role.isin(["probe", "ramp"]) & eng.vllm_estimated_max_len.notna()] \
-            if len(eng) else eng
+        over = (
+            eng[(eng.kv_dtype == dt) & eng.role.isin(["probe", "ramp"]) & eng.vllm_estimated_max_len.notna()]
+            if len(eng)
+            else eng
+        )
         probe = eng[(eng.kv_dtype == dt) & (eng.role == "probe")] if len(eng) else eng
         o = over.iloc[-1] if len(over) else (probe.iloc[-1] if len(probe) else None)
-        rows.append({
-            "kv_dtype": dt, "block_size": bs, "kv_bytes_per_token": kvmath.kv_bytes_per_token(plan.model, dt),
-            "kv_budget_bytes": (ramp.engine.get("kv_budget_bytes") if ramp is not None else None)
-            or (int(plan.kv_cache_gib * kvmath.GIB) if plan.kv_cache_gib else None),
-            "num_blocks_formula": nb_f, "num_blocks_engine": nb_e,
-            "longest_formula": longest_context(nb_f, bs) if nb_f is not None else None,
-            "longest_engine": longest_context(nb_e, bs) if nb_e is not None else None,
-            "longest_measured": o["vllm_estimated_max_len"] if o is not None else None,
-            "max_model_len_over": o["max_model_len_asked"] if o is not None else None,
-            "over_status": o["status"] if o is not None else None,
-            "ramp_status": first_status if ramp is None else "ok",
-            "ramp_max_model_len": int(ramp.engine["max_model_len"]) if ramp is not None else None,
-            "holds_ramp": (ramp is not None and int(ramp.engine["max_model_len"]) >= plan.max_context),
-            "model_limit": limit,
-        })
+        rows.append(
+            {
+                "kv_dtype": dt,
+                "block_size": bs,
+                "kv_bytes_per_token": kvmath.kv_bytes_per_token(plan.model, dt),
+                "kv_budget_bytes": (ramp.engine.get("kv_budget_bytes") if ramp is not None else None)
+                or (int(plan.kv_cache_gib * kvmath.GIB) if plan.kv_cache_gib else None),
+                "num_blocks_formula": nb_f,
+                "num_blocks_engine": nb_e,
+                "longest_formula": longest_context(nb_f, bs) if nb_f is not None else None,
+                "longest_engine": longest_context(nb_e, bs) if nb_e is not None else None,
+                "longest_measured": o["vllm_estimated_max_len"] if o is not None else None,
+                "max_model_len_over": o["max_model_len_asked"] if o is not None else None,
+                "over_status": o["status"] if o is not None else None,
+                "ramp_status": first_status if ramp is None else "ok",
+                "ramp_max_model_len": int(ramp.engine["max_model_len"]) if ramp is not None else None,
+                "holds_ramp": (ramp is not None and int(ramp.engine["max_model_len"]) >= plan.max_context),
+                "model_limit": limit,
+            }
+        )
     out = pd.DataFrame(rows)
-    for c in ("num_blocks_formula", "num_blocks_engine", "longest_formula", "longest_engine", "longest_measured",
-              "max_model_len_over", "ramp_max_model_len", "kv_budget_bytes"):
+    for c in (
+        "num_blocks_formula",
+        "num_blocks_engine",
+        "longest_formula",
+        "longest_engine",
+        "longest_measured",
+        "max_model_len_over",
+        "ramp_max_model_len",
+        "kv_budget_bytes",
+    ):
         out[c] = out[c].astype("Int64")
     return out
 
@@ -839,13 +1069,20 @@ def capacity_frontier(res: LongCtxResult, ramp: pd.DataFrame | None = None) -> p
             ctx = L + plan.output_tokens
             r1 = ramp[(ramp.kv_dtype == dt) & (ramp.concurrency == 1) & (ramp.length == L)]
             measured_blocks = r1.blocks_used_peak.iloc[0] if len(r1) and "blocks_used_peak" in r1 else np.nan
-            row = {"kv_dtype": dt, "length": L, "context": ctx, "blocks_per_seq": blocks_for(ctx, bs),
-                   "max_conc_formula": max_concurrency_at(nb_f, bs, ctx, seqs) if nb_f is not None else np.nan,
-                   "max_conc_engine": max_concurrency_at(nb_e, bs, ctx, seqs) if nb_e is not None else np.nan,
-                   "blocks_per_seq_measured": measured_blocks,
-                   "max_conc_measured": (min((nb_e - NULL_BLOCKS) // int(measured_blocks), seqs or 10**9)
-                                         if nb_e is not None and pd.notna(measured_blocks) and measured_blocks > 0
-                                         else np.nan)}
+            row = {
+                "kv_dtype": dt,
+                "length": L,
+                "context": ctx,
+                "blocks_per_seq": blocks_for(ctx, bs),
+                "max_conc_formula": max_concurrency_at(nb_f, bs, ctx, seqs) if nb_f is not None else np.nan,
+                "max_conc_engine": max_concurrency_at(nb_e, bs, ctx, seqs) if nb_e is not None else np.nan,
+                "blocks_per_seq_measured": measured_blocks,
+                "max_conc_measured": (
+                    min((nb_e - NULL_BLOCKS) // int(measured_blocks), seqs or 10**9)
+                    if nb_e is not None and pd.notna(measured_blocks) and measured_blocks > 0
+                    else np.nan
+                ),
+            }
             if plan.concurrency > 1:
                 rc = ramp[(ramp.kv_dtype == dt) & (ramp.concurrency == plan.concurrency) & (ramp.length == L)]
                 row[f"outcome_c{plan.concurrency}"] = rc.outcome.iloc[0] if len(rc) else None
@@ -853,8 +1090,14 @@ def capacity_frontier(res: LongCtxResult, ramp: pd.DataFrame | None = None) -> p
     return pd.DataFrame(rows)
 
 
-def frontier_at_budgets(model: str, kv_dtypes: Sequence[str], budgets_gib: Sequence[float], lengths: Sequence[int],
-                        block_size: int, output_tokens: int = 0) -> pd.DataFrame:
+def frontier_at_budgets(
+    model: str,
+    kv_dtypes: Sequence[str],
+    budgets_gib: Sequence[float],
+    lengths: Sequence[int],
+    block_size: int,
+    output_tokens: int = 0,
+) -> pd.DataFrame:
     """Arithmetic only: longest context and concurrency per length for other KV budgets (GiB), e.g. a
     whole GPU's. One row per (budget, kv_dtype, length)."""
     rows = []
@@ -862,8 +1105,15 @@ def frontier_at_budgets(model: str, kv_dtypes: Sequence[str], budgets_gib: Seque
         for dt in kv_dtypes:
             nb = kvmath.predict_num_blocks(model, int(gib * kvmath.GIB), block_size, dt, hybrid_kv_cache_manager=False)
             for L in lengths:
-                rows.append({"kv_gib": gib, "kv_dtype": dt, "length": L, "longest": longest_context(nb, block_size),
-                             "max_conc": max_concurrency_at(nb, block_size, L + output_tokens)})
+                rows.append(
+                    {
+                        "kv_gib": gib,
+                        "kv_dtype": dt,
+                        "length": L,
+                        "longest": longest_context(nb, block_size),
+                        "max_conc": max_concurrency_at(nb, block_size, L + output_tokens),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -908,8 +1158,12 @@ def fit_growth(lengths: Sequence[float], values: Sequence[float], degree: int = 
     coef = _nnls(X * w[:, None], y * w)
     pred = X @ coef
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    out.update(a=float(coef[0]), b=float(coef[1] / scale), c=float(coef[2] / scale**2) if degree == 2 else 0.0,
-               r2=1.0 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else nan)
+    out.update(
+        a=float(coef[0]),
+        b=float(coef[1] / scale),
+        c=float(coef[2] / scale**2) if degree == 2 else 0.0,
+        r2=1.0 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else nan,
+    )
     upper = x >= np.median(x)
     if upper.sum() >= 2 and np.all(y[upper] > 0):
         out["exponent"] = float(np.polyfit(np.log(x[upper]), np.log(y[upper]), 1)[0])
@@ -936,8 +1190,15 @@ def growth_table(ramp: pd.DataFrame, concurrency: int = 1) -> pd.DataFrame:
             if m not in g:
                 continue
             f = fit_growth(g.length, g[m], deg)
-            rows.append({"kv_dtype": dt, "metric": m, **f, "longest": int(g.length.max()),
-                         "at_longest": float(fitted(f, g.length.max())) if f["n"] > deg else np.nan})
+            rows.append(
+                {
+                    "kv_dtype": dt,
+                    "metric": m,
+                    **f,
+                    "longest": int(g.length.max()),
+                    "at_longest": float(fitted(f, g.length.max())) if f["n"] > deg else np.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -958,8 +1219,9 @@ def measured_crossover(lengths: Sequence[int], base: Sequence[float], cand: Sequ
     return found
 
 
-def fitted_crossover(fit_base: Mapping[str, float], fit_cand: Mapping[str, float], lo: float, hi: float,
-                     points: int = 2048) -> float | None:
+def fitted_crossover(
+    fit_base: Mapping[str, float], fit_cand: Mapping[str, float], lo: float, hi: float, points: int = 2048
+) -> float | None:
     """Smallest length in ``[lo, hi]`` from which the candidate's fitted curve stays below the baseline's
     (on a log-spaced grid of ``points``); ``None`` when it is not below at ``hi``."""
     if not all(np.isfinite([fit_base.get("a", np.nan), fit_cand.get("a", np.nan)])):
@@ -987,11 +1249,20 @@ def speed_table(res: LongCtxResult, ramp: pd.DataFrame | None = None, n_boot: in
         cand = ramp[ramp.kv_dtype == dt].set_index(["concurrency", "length"])
         for key in base.index.intersection(cand.index):
             b, c = base.loc[key], cand.loc[key]
-            if b.outcome == "over_capacity" or c.outcome == "over_capacity" or pd.isna(b.get("ttft_p50_s")) \
-                    or pd.isna(c.get("ttft_p50_s")):
+            if (
+                b.outcome == "over_capacity"
+                or c.outcome == "over_capacity"
+                or pd.isna(b.get("ttft_p50_s"))
+                or pd.isna(c.get("ttft_p50_s"))
+            ):
                 continue
-            row = {"kv_dtype": dt, "concurrency": key[0], "length": key[1],
-                   "outcome_auto": b.outcome, "outcome_cand": c.outcome}
+            row = {
+                "kv_dtype": dt,
+                "concurrency": key[0],
+                "length": key[1],
+                "outcome_auto": b.outcome,
+                "outcome_cand": c.outcome,
+            }
             for m in ("ttft_p50_s", "itl_p50_s", "itl_p95_s", "e2e_p50_s"):
                 row[m.replace("_s", "_ratio")] = float(c[m] / b[m]) if b[m] else np.nan
             name = f"ramp-c{key[0]}-L{key[1]}"
@@ -1003,7 +1274,9 @@ def speed_table(res: LongCtxResult, ramp: pd.DataFrame | None = None, n_boot: in
     return pd.DataFrame(rows)
 
 
-def crossover_table(ramp: pd.DataFrame, growth: pd.DataFrame, kv_dtypes: Sequence[str], concurrency: int = 1) -> pd.DataFrame:
+def crossover_table(
+    ramp: pd.DataFrame, growth: pd.DataFrame, kv_dtypes: Sequence[str], concurrency: int = 1
+) -> pd.DataFrame:
     """Where (if anywhere) each candidate dtype becomes faster than ``auto``, per metric: ``measured``
     (:func:`measured_crossover` on the medians) and ``fitted`` (:func:`fitted_crossover` within the
     measured range); ``ratio_at_longest`` = candidate / auto at the longest length both ran."""
@@ -1018,13 +1291,23 @@ def crossover_table(ramp: pd.DataFrame, growth: pd.DataFrame, kv_dtypes: Sequenc
                 continue
             fb = growth[(growth.kv_dtype == BASELINE) & (growth.metric == m)]
             fc = growth[(growth.kv_dtype == dt) & (growth.metric == m)]
-            fx = (fitted_crossover(fb.iloc[0], fc.iloc[0], float(common.min()), float(common.max()))
-                  if len(fb) and len(fc) else None)
+            fx = (
+                fitted_crossover(fb.iloc[0], fc.iloc[0], float(common.min()), float(common.max()))
+                if len(fb) and len(fc)
+                else None
+            )
             Lmax = common.max()
-            rows.append({"kv_dtype": dt, "concurrency": concurrency, "metric": m,
-                         "measured": measured_crossover(list(common), base.loc[common, m], cand.loc[common, m]),
-                         "fitted": fx, "ratio_at_longest": float(cand.loc[Lmax, m] / base.loc[Lmax, m]),
-                         "longest": int(Lmax)})
+            rows.append(
+                {
+                    "kv_dtype": dt,
+                    "concurrency": concurrency,
+                    "metric": m,
+                    "measured": measured_crossover(list(common), base.loc[common, m], cand.loc[common, m]),
+                    "fitted": fx,
+                    "ratio_at_longest": float(cand.loc[Lmax, m] / base.loc[Lmax, m]),
+                    "longest": int(Lmax),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -1041,15 +1324,21 @@ def blocksize_table(res: LongCtxResult) -> pd.DataFrame:
     sweep = [(r["kv_dtype"], r["block_size"], "sweep") for r in res.runs if r["role"] == "sweep"]
     # the ramp engine runs every sweep length too: it is a point of the sweep at its own block size, also when that
     # size is not among SWEEP_BLOCK_SIZES (the H200 profile sweeps 256 against the ramp's 16)
-    points = [(dt, res.block_size, "ramp") for dt in plan.kv_dtypes
-              if dt in plan.sweep_dtypes and res.block_size is not None
-              and (dt, res.block_size) not in {(d, b) for d, b, _ in sweep}]
+    points = [
+        (dt, res.block_size, "ramp")
+        for dt in plan.kv_dtypes
+        if dt in plan.sweep_dtypes
+        and res.block_size is not None
+        and (dt, res.block_size) not in {(d, b) for d, b, _ in sweep}
+    ]
     points += sweep
     for dt, b, role in points:
         if role == "ramp":
             r, status = _ramp_engine(res, dt)
         else:
-            r = next(x["result"] for x in res.runs if x["role"] == "sweep" and x["kv_dtype"] == dt and x["block_size"] == b)
+            r = next(
+                x["result"] for x in res.runs if x["role"] == "sweep" and x["kv_dtype"] == dt and x["block_size"] == b
+            )
             status = r.status
             r = r if r.status == "ok" else None
         for L in plan.sweep_lengths:
@@ -1085,8 +1374,9 @@ def _quality_records(res: LongCtxResult, phase: str) -> dict[str, pd.DataFrame]:
     return out
 
 
-def position_divergence(base: Mapping[str, Any], cand: Mapping[str, Any], token_ids: Sequence[int],
-                        top_k: int) -> pd.DataFrame:
+def position_divergence(
+    base: Mapping[str, Any], cand: Mapping[str, Any], token_ids: Sequence[int], top_k: int
+) -> pd.DataFrame:
     """Per position ``>= 1`` of one teacher-forced document: ``top1`` (do the argmaxes agree),
     ``top<k>`` overlap (:func:`fp8lab.quality.topk_overlap`), ``abs_dlogprob`` of the actual token and
     ``kl`` (:func:`fp8lab.quality.kl_topk`, a lower bound, nats), and each side's ``nll`` of the actual
@@ -1094,7 +1384,10 @@ def position_divergence(base: Mapping[str, Any], cand: Mapping[str, Any], token_
     ``prompt_topk_logprobs`` (Study 03's measure, applied along the whole context)."""
     from fp8lab.quality import kl_topk, topk_overlap
 
-    bl, cl = np.asarray(list(base["prompt_token_logprobs"]), float), np.asarray(list(cand["prompt_token_logprobs"]), float)
+    bl, cl = (
+        np.asarray(list(base["prompt_token_logprobs"]), float),
+        np.asarray(list(cand["prompt_token_logprobs"]), float),
+    )
     bi, ci = list(base["prompt_topk_ids"]), list(cand["prompt_topk_ids"])
     blp, clp = list(base["prompt_topk_logprobs"]), list(cand["prompt_topk_logprobs"])
     n = min(len(bl), len(cl), len(token_ids))
@@ -1120,8 +1413,9 @@ def _has_list(row: Mapping[str, Any], col: str) -> bool:
     return v is not None and not isinstance(v, float)
 
 
-def stored_divergence(base: Mapping[str, Any], cand: Mapping[str, Any], token_ids: Sequence[int],
-                      top_k: int) -> pd.DataFrame:
+def stored_divergence(
+    base: Mapping[str, Any], cand: Mapping[str, Any], token_ids: Sequence[int], top_k: int
+) -> pd.DataFrame:
     """:func:`position_divergence` from what a slimmed store keeps instead of the top-k lists
     (``scripts/slim_store.py``): the candidate's ``div_top1`` and ``div_topk`` (overlap counts of the
     argmax and of the top ``div_top_k``), ``div_kl`` (nats), computed by :func:`position_divergence`
@@ -1129,15 +1423,24 @@ def stored_divergence(base: Mapping[str, Any], cand: Mapping[str, Any], token_id
     stored_k = int(cand.get("div_top_k", top_k))
     if stored_k != top_k:
         raise SpecError("LongCtxPlan", "top_k", top_k, f"{stored_k}: the top-k the stored divergence was computed with")
-    bl, cl = np.asarray(list(base["prompt_token_logprobs"]), float), np.asarray(list(cand["prompt_token_logprobs"]), float)
+    bl, cl = (
+        np.asarray(list(base["prompt_token_logprobs"]), float),
+        np.asarray(list(cand["prompt_token_logprobs"]), float),
+    )
     t1, tk, kl = (np.asarray(list(cand[c])) for c in ("div_top1", "div_topk", "div_kl"))
     n = min(len(bl), len(cl), len(token_ids), len(kl))
     pos = np.arange(1, n)
-    return pd.DataFrame({"pos": pos.tolist(), "top1": [int(x) / 1 for x in t1[pos]],
-                         f"top{top_k}": [int(x) / top_k for x in tk[pos]],
-                         "abs_dlogprob": [abs(float(cl[i]) - float(bl[i])) for i in pos],
-                         "kl": [float(x) for x in kl[pos]], "nll_base": [-float(bl[i]) for i in pos],
-                         "nll_cand": [-float(cl[i]) for i in pos]})
+    return pd.DataFrame(
+        {
+            "pos": pos.tolist(),
+            "top1": [int(x) / 1 for x in t1[pos]],
+            f"top{top_k}": [int(x) / top_k for x in tk[pos]],
+            "abs_dlogprob": [abs(float(cl[i]) - float(bl[i])) for i in pos],
+            "kl": [float(x) for x in kl[pos]],
+            "nll_base": [-float(bl[i]) for i in pos],
+            "nll_cand": [-float(cl[i]) for i in pos],
+        }
+    )
 
 
 def divergence_table(res: LongCtxResult) -> pd.DataFrame:
@@ -1188,14 +1491,25 @@ def divergence_trend(bypos: pd.DataFrame) -> pd.DataFrame:
         g = g.sort_values("pos_bin")
         w = g.n / g.n.sum()
         rho = g.pos_bin.rank().corr(g.abs_dlogprob.rank()) if len(g) > 2 else np.nan  # Spearman: Pearson of ranks
-        rows.append({"kv_dtype": dt, "source": src, "abs_dlogprob": float((g.abs_dlogprob * w).sum()),
-                     "flip_rate": float((g.flip_rate * w).sum()), "kl": float((g.kl * w).sum()),
-                     "abs_dlogprob_first": float(g.abs_dlogprob.iloc[0]), "abs_dlogprob_last": float(g.abs_dlogprob.iloc[-1]),
-                     "last_over_first": float(g.abs_dlogprob.iloc[-1] / g.abs_dlogprob.iloc[0])
-                     if g.abs_dlogprob.iloc[0] > 0 else np.nan,
-                     "flip_rate_first": float(g.flip_rate.iloc[0]), "flip_rate_last": float(g.flip_rate.iloc[-1]),
-                     "spearman_rho": float(rho), "nll_base_first": float(g.nll_base.iloc[0]),
-                     "nll_base_last": float(g.nll_base.iloc[-1])})
+        rows.append(
+            {
+                "kv_dtype": dt,
+                "source": src,
+                "abs_dlogprob": float((g.abs_dlogprob * w).sum()),
+                "flip_rate": float((g.flip_rate * w).sum()),
+                "kl": float((g.kl * w).sum()),
+                "abs_dlogprob_first": float(g.abs_dlogprob.iloc[0]),
+                "abs_dlogprob_last": float(g.abs_dlogprob.iloc[-1]),
+                "last_over_first": float(g.abs_dlogprob.iloc[-1] / g.abs_dlogprob.iloc[0])
+                if g.abs_dlogprob.iloc[0] > 0
+                else np.nan,
+                "flip_rate_first": float(g.flip_rate.iloc[0]),
+                "flip_rate_last": float(g.flip_rate.iloc[-1]),
+                "spearman_rho": float(rho),
+                "nll_base_first": float(g.nll_base.iloc[0]),
+                "nll_base_last": float(g.nll_base.iloc[-1]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -1214,8 +1528,17 @@ def passkey_table(res: LongCtxResult) -> pd.DataFrame:
             if it.tag not in g.index:
                 continue
             text = tok.decode(list(g.loc[it.tag, "output_token_ids"]), skip_special_tokens=True)
-            rows.append({"kv_dtype": dt, "tag": it.tag, "length": it.length, "depth": it.depth, "key": it.key,
-                         "answer": text, "correct": passkey_correct(text, it.key)})
+            rows.append(
+                {
+                    "kv_dtype": dt,
+                    "tag": it.tag,
+                    "length": it.length,
+                    "depth": it.depth,
+                    "key": it.key,
+                    "answer": text,
+                    "correct": passkey_correct(text, it.key),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -1248,21 +1571,35 @@ def random_token_table(res: LongCtxResult, div_trend: pd.DataFrame | None = None
             if rt.empty or ta.empty or tb.empty:
                 continue
             r, a, b = _stats(rt), _stats(ta), _stats(tb)
-            rows.append({"kv_dtype": dt, "what": "timing", "length": L,
-                         "ttft_ratio": r["ttft_p50_s"] / ((a["ttft_p50_s"] + b["ttft_p50_s"]) / 2),
-                         "itl_p50_ratio": r["itl_p50_s"] / ((a["itl_p50_s"] + b["itl_p50_s"]) / 2),
-                         "noise_ttft_ratio": b["ttft_p50_s"] / a["ttft_p50_s"],
-                         "noise_itl_p50_ratio": b["itl_p50_s"] / a["itl_p50_s"]})
+            rows.append(
+                {
+                    "kv_dtype": dt,
+                    "what": "timing",
+                    "length": L,
+                    "ttft_ratio": r["ttft_p50_s"] / ((a["ttft_p50_s"] + b["ttft_p50_s"]) / 2),
+                    "itl_p50_ratio": r["itl_p50_s"] / ((a["itl_p50_s"] + b["itl_p50_s"]) / 2),
+                    "noise_ttft_ratio": b["ttft_p50_s"] / a["ttft_p50_s"],
+                    "noise_itl_p50_ratio": b["itl_p50_s"] / a["itl_p50_s"],
+                }
+            )
     if div_trend is not None and len(div_trend):
         t = div_trend.set_index(["kv_dtype", "source"])
         for dt in res.plan.kv_dtypes[1:]:
             if (dt, "text") in t.index and (dt, "random") in t.index:
                 x, r = t.loc[(dt, "text")], t.loc[(dt, "random")]
-                rows.append({"kv_dtype": dt, "what": "divergence", "length": res.plan.doc_length,
-                             "abs_dlogprob_text": x.abs_dlogprob, "abs_dlogprob_random": r.abs_dlogprob,
-                             "abs_dlogprob_ratio": r.abs_dlogprob / x.abs_dlogprob if x.abs_dlogprob else np.nan,
-                             "flip_rate_text": x.flip_rate, "flip_rate_random": r.flip_rate,
-                             "flip_rate_ratio": r.flip_rate / x.flip_rate if x.flip_rate else np.nan})
+                rows.append(
+                    {
+                        "kv_dtype": dt,
+                        "what": "divergence",
+                        "length": res.plan.doc_length,
+                        "abs_dlogprob_text": x.abs_dlogprob,
+                        "abs_dlogprob_random": r.abs_dlogprob,
+                        "abs_dlogprob_ratio": r.abs_dlogprob / x.abs_dlogprob if x.abs_dlogprob else np.nan,
+                        "flip_rate_text": x.flip_rate,
+                        "flip_rate_random": r.flip_rate,
+                        "flip_rate_ratio": r.flip_rate / x.flip_rate if x.flip_rate else np.nan,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -1291,10 +1628,20 @@ def tables(res: LongCtxResult) -> Tables:
     div = divergence_table(res)
     bypos = divergence_by_position(div, res.plan.position_bins, res.plan.doc_length)
     trend = divergence_trend(bypos) if len(bypos) else pd.DataFrame()
-    return Tables(ramp=ramp, boundary=boundary_table(res), frontier=capacity_frontier(res, ramp), growth=growth,
-                  speed=speed_table(res, ramp), crossover=crossover_table(ramp, growth, res.plan.kv_dtypes),
-                  blocksize=blocksize_table(res), divergence=div, bypos=bypos, trend=trend,
-                  passkey=passkey_table(res), random=random_token_table(res, trend))
+    return Tables(
+        ramp=ramp,
+        boundary=boundary_table(res),
+        frontier=capacity_frontier(res, ramp),
+        growth=growth,
+        speed=speed_table(res, ramp),
+        crossover=crossover_table(ramp, growth, res.plan.kv_dtypes),
+        blocksize=blocksize_table(res),
+        divergence=div,
+        bypos=bypos,
+        trend=trend,
+        passkey=passkey_table(res),
+        random=random_token_table(res, trend),
+    )
 
 
 def _k(n: Any) -> str:
@@ -1314,9 +1661,16 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
 
     # 1. bf16 runs out of memory where fp8 keeps going
     b = t.boundary.set_index("kv_dtype")
-    longest = {dt: (b.loc[dt, "longest_measured"] if pd.notna(b.loc[dt, "longest_measured"])
-                    else b.loc[dt, "longest_engine"] if pd.notna(b.loc[dt, "longest_engine"])
-                    else b.loc[dt, "longest_formula"]) for dt in b.index}
+    longest = {
+        dt: (
+            b.loc[dt, "longest_measured"]
+            if pd.notna(b.loc[dt, "longest_measured"])
+            else b.loc[dt, "longest_engine"]
+            if pd.notna(b.loc[dt, "longest_engine"])
+            else b.loc[dt, "longest_formula"]
+        )
+        for dt in b.index
+    }
     holds = {dt: bool(b.loc[dt, "holds_ramp"]) for dt in b.index}
     conc_ok: dict[str, Any] = {}
     if plan.concurrency > 1:
@@ -1325,9 +1679,14 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
             held = g[g.outcome == "held"]
             conc_ok[dt] = int(held.length.max()) if len(held) else None
     runs_out = (not holds.get(BASELINE, True) and any(holds.get(c) for c in cands)) or any(
-        conc_ok.get(c) is not None and (conc_ok.get(BASELINE) or 0) < conc_ok[c] for c in cands)
-    out["oom"] = {"label": "supported" if runs_out else "not seen at this budget", "longest": longest, "holds_ramp": holds,
-                  "longest_held_at_concurrency": conc_ok}
+        conc_ok.get(c) is not None and (conc_ok.get(BASELINE) or 0) < conc_ok[c] for c in cands
+    )
+    out["oom"] = {
+        "label": "supported" if runs_out else "not seen at this budget",
+        "longest": longest,
+        "holds_ramp": holds,
+        "longest_held_at_concurrency": conc_ok,
+    }
 
     # 2. FP8's gains grow with context length
     sp = t.speed[t.speed.concurrency == 1] if len(t.speed) else t.speed
@@ -1337,22 +1696,42 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
         if s is None or not len(s):
             continue
         gr = t.growth.set_index(["kv_dtype", "metric"]) if len(t.growth) else None
-        slope = {d: (float(gr.loc[(d, "itl_p50_s"), "b"]) if gr is not None and (d, "itl_p50_s") in gr.index else np.nan)
-                 for d in (BASELINE, dt)}
-        cx = t.crossover[(t.crossover.kv_dtype == dt) & (t.crossover.metric == "itl_p50_s")] if len(t.crossover) else t.crossover
+        slope = {
+            d: (float(gr.loc[(d, "itl_p50_s"), "b"]) if gr is not None and (d, "itl_p50_s") in gr.index else np.nan)
+            for d in (BASELINE, dt)
+        }
+        cx = (
+            t.crossover[(t.crossover.kv_dtype == dt) & (t.crossover.metric == "itl_p50_s")]
+            if len(t.crossover)
+            else t.crossover
+        )
         first, last = s.iloc[0], s.iloc[-1]
         # the trend over every length (Spearman's rank correlation of the ratio with length), not two end points
-        rho = s.length.rank().corr(s.itl_p50_ratio.rank()) if len(s) >= 3 else np.sign(last.itl_p50_ratio - first.itl_p50_ratio)
+        rho = (
+            s.length.rank().corr(s.itl_p50_ratio.rank())
+            if len(s) >= 3
+            else np.sign(last.itl_p50_ratio - first.itl_p50_ratio)
+        )
         falls = bool(rho <= -0.5)
         faster = bool(last.itl_label != "within noise" and last.itl_delta < 0)
-        g2[dt] = {"itl_ratio_shortest": float(first.itl_p50_ratio), "itl_ratio_longest": float(last.itl_p50_ratio),
-                  "ttft_ratio_shortest": float(first.ttft_p50_ratio), "ttft_ratio_longest": float(last.ttft_p50_ratio),
-                  "itl_delta_longest": float(last.itl_delta), "itl_ci_longest": (float(last.itl_lo), float(last.itl_hi)),
-                  "itl_label_longest": last.itl_label, "shortest": int(first.length), "longest": int(last.length),
-                  "itl_slope_auto": slope[BASELINE], "itl_slope_cand": slope[dt],
-                  "crossover_measured": cx.measured.iloc[0] if len(cx) else None,
-                  "crossover_fitted": cx.fitted.iloc[0] if len(cx) else None, "ratio_falls": falls, "ratio_trend_rho": float(rho),
-                  "faster_at_longest": faster}
+        g2[dt] = {
+            "itl_ratio_shortest": float(first.itl_p50_ratio),
+            "itl_ratio_longest": float(last.itl_p50_ratio),
+            "ttft_ratio_shortest": float(first.ttft_p50_ratio),
+            "ttft_ratio_longest": float(last.ttft_p50_ratio),
+            "itl_delta_longest": float(last.itl_delta),
+            "itl_ci_longest": (float(last.itl_lo), float(last.itl_hi)),
+            "itl_label_longest": last.itl_label,
+            "shortest": int(first.length),
+            "longest": int(last.length),
+            "itl_slope_auto": slope[BASELINE],
+            "itl_slope_cand": slope[dt],
+            "crossover_measured": cx.measured.iloc[0] if len(cx) else None,
+            "crossover_fitted": cx.fitted.iloc[0] if len(cx) else None,
+            "ratio_falls": falls,
+            "ratio_trend_rho": float(rho),
+            "faster_at_longest": faster,
+        }
     if not g2:
         label = "not measured"
     elif all(v["ratio_falls"] and v["faster_at_longest"] for v in g2.values()):
@@ -1382,15 +1761,34 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
                 from fp8lab import metrics
 
                 rec = res.records
-                gaps = [metrics.explode_itl(rec[(rec.role == r.source) & (rec.kv_dtype == dt) & (rec.block_size == r.block_size)
-                                                & (rec.phase == f"ramp-c1-L{Lmax}")]).itl_s for r in (ref, big.iloc[0])]
+                gaps = [
+                    metrics.explode_itl(
+                        rec[
+                            (rec.role == r.source)
+                            & (rec.kv_dtype == dt)
+                            & (rec.block_size == r.block_size)
+                            & (rec.phase == f"ramp-c1-L{Lmax}")
+                        ]
+                    ).itl_s
+                    for r in (ref, big.iloc[0])
+                ]
                 d = metrics.bootstrap_delta(gaps[0], gaps[1], "median", n_boot=1000, seed=plan.seed)
                 itl_ci = {"delta": d.delta, "lo": d.lo, "hi": d.hi, "label": d.label.replace("B", "256")}
-            b3[dt] = {"best_block_size": int(best.block_size), "length": Lmax, "itl_256_vs_smallest_ci": itl_ci,
-                      "e2e_256_over_smallest": float(big.e2e_p50_s.iloc[0] / ref.e2e_p50_s) if len(big) and ref is not None else np.nan,
-                      "itl_256_over_smallest": float(big.itl_p50_s.iloc[0] / ref.itl_p50_s) if len(big) and ref is not None else np.nan,
-                      "ttft_256_over_smallest": float(big.ttft_p50_s.iloc[0] / ref.ttft_p50_s) if len(big) and ref is not None else np.nan,
-                      "smallest": int(ref.block_size) if ref is not None else None}
+            b3[dt] = {
+                "best_block_size": int(best.block_size),
+                "length": Lmax,
+                "itl_256_vs_smallest_ci": itl_ci,
+                "e2e_256_over_smallest": float(big.e2e_p50_s.iloc[0] / ref.e2e_p50_s)
+                if len(big) and ref is not None
+                else np.nan,
+                "itl_256_over_smallest": float(big.itl_p50_s.iloc[0] / ref.itl_p50_s)
+                if len(big) and ref is not None
+                else np.nan,
+                "ttft_256_over_smallest": float(big.ttft_p50_s.iloc[0] / ref.ttft_p50_s)
+                if len(big) and ref is not None
+                else np.nan,
+                "smallest": int(ref.block_size) if ref is not None else None,
+            }
         sizes = sorted({int(x) for x in at[at.outcome == "ok"].block_size})
         best256 = bool(b3) and all(v["best_block_size"] == 256 for v in b3.values())
         if not b3 or 256 not in sizes:
@@ -1398,7 +1796,9 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
         elif 16 in sizes:
             label = "supported" if best256 else "not supported"
         else:  # 16 not measured (e.g. rejected by the backend): say what was compared
-            label = f"256 {'fastest' if best256 else 'not fastest'} of {sizes}" + (" (16 unsupported)" if 16 in unsupported else "")
+            label = f"256 {'fastest' if best256 else 'not fastest'} of {sizes}" + (
+                " (16 unsupported)" if 16 in unsupported else ""
+            )
         out["block256"] = {"label": label, "by_dtype": b3, "unsupported": unsupported, "sizes": sizes}
     else:
         out["block256"] = {"label": "not measured", "by_dtype": {}, "unsupported": [], "sizes": []}
@@ -1410,15 +1810,29 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
         x = tr[(tr.kv_dtype == dt) & (tr.source == "text")] if len(tr) else tr
         if len(x):
             x = x.iloc[0]
-            s4[dt] = {"flip_rate": float(x.flip_rate), "abs_dlogprob": float(x.abs_dlogprob), "kl": float(x.kl),
-                      "last_over_first": float(x.last_over_first), "spearman_rho": float(x.spearman_rho),
-                      "grows_along_context": bool(x.spearman_rho > 0.5 and x.last_over_first > 1.25)}
+            s4[dt] = {
+                "flip_rate": float(x.flip_rate),
+                "abs_dlogprob": float(x.abs_dlogprob),
+                "kl": float(x.kl),
+                "last_over_first": float(x.last_over_first),
+                "spearman_rho": float(x.spearman_rho),
+                "grows_along_context": bool(x.spearman_rho > 0.5 and x.last_over_first > 1.25),
+            }
     pk = t.passkey
     acc = pk.groupby("kv_dtype").correct.mean().to_dict() if len(pk) else {}
     base_can = bool(acc.get(BASELINE, 0) > 0)
-    out["silent"] = {"label": ("divergence grows along the context" if any(v["grows_along_context"] for v in s4.values())
-                               else "no growth along the context" if s4 else "not measured"),
-                     "by_dtype": s4, "passkey_acc": acc, "baseline_can_retrieve": base_can}
+    out["silent"] = {
+        "label": (
+            "divergence grows along the context"
+            if any(v["grows_along_context"] for v in s4.values())
+            else "no growth along the context"
+            if s4
+            else "not measured"
+        ),
+        "by_dtype": s4,
+        "passkey_acc": acc,
+        "baseline_can_retrieve": base_can,
+    }
 
     # 5. random tokens
     rt = t.random
@@ -1427,20 +1841,29 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
         tim = rt[rt.what == "timing"]
         dv = rt[rt.what == "divergence"]
         ti = tim.set_index("kv_dtype") if len(tim) else None
-        r5 = {"timing_ttft_ratio": ti.ttft_ratio.to_dict() if ti is not None else {},
-              "timing_itl_ratio": ti.itl_p50_ratio.to_dict() if ti is not None else {},
-              "noise_ttft_ratio": ti.noise_ttft_ratio.to_dict() if ti is not None and "noise_ttft_ratio" in ti else {},
-              "noise_itl_ratio": ti.noise_itl_p50_ratio.to_dict() if ti is not None and "noise_itl_p50_ratio" in ti else {},
-              "divergence_ratio": dv.set_index("kv_dtype").abs_dlogprob_ratio.to_dict() if len(dv) else {},
-              "flip_ratio": dv.set_index("kv_dtype").flip_rate_ratio.to_dict() if len(dv) else {}}
+        r5 = {
+            "timing_ttft_ratio": ti.ttft_ratio.to_dict() if ti is not None else {},
+            "timing_itl_ratio": ti.itl_p50_ratio.to_dict() if ti is not None else {},
+            "noise_ttft_ratio": ti.noise_ttft_ratio.to_dict() if ti is not None and "noise_ttft_ratio" in ti else {},
+            "noise_itl_ratio": ti.noise_itl_p50_ratio.to_dict()
+            if ti is not None and "noise_itl_p50_ratio" in ti
+            else {},
+            "divergence_ratio": dv.set_index("kv_dtype").abs_dlogprob_ratio.to_dict() if len(dv) else {},
+            "flip_ratio": dv.set_index("kv_dtype").flip_rate_ratio.to_dict() if len(dv) else {},
+        }
     parts5 = []
     if r5.get("divergence_ratio"):
-        parts5.append("quality: random tokens show x" + "/".join(f"{v:.2f}" for v in r5["divergence_ratio"].values())
-                      + " of real text's FP8 error")
+        parts5.append(
+            "quality: random tokens show x"
+            + "/".join(f"{v:.2f}" for v in r5["divergence_ratio"].values())
+            + " of real text's FP8 error"
+        )
     if r5.get("timing_ttft_ratio"):
         dev = {d: max(abs(v - 1), abs(r5["timing_itl_ratio"][d] - 1)) for d, v in r5["timing_ttft_ratio"].items()}
-        nz = {d: max(abs(r5["noise_ttft_ratio"].get(d, np.nan) - 1), abs(r5["noise_itl_ratio"].get(d, np.nan) - 1))
-              for d in dev}
+        nz = {
+            d: max(abs(r5["noise_ttft_ratio"].get(d, np.nan) - 1), abs(r5["noise_itl_ratio"].get(d, np.nan) - 1))
+            for d in dev
+        }
         r5["timing_within_noise"] = all(np.isfinite(nz[d]) and dev[d] <= max(nz[d], 0.05) for d in dev)
         parts5.append("speed: " + ("the same within noise" if r5["timing_within_noise"] else "differs beyond noise"))
     out["random_tokens"] = {"label": "; ".join(parts5) if parts5 else "not measured", **r5}
@@ -1457,80 +1880,121 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
         lines += [f"*{note}*", ""]
     o = c["oom"]
     parts = [f"`{dt}` holds up to {_k(v)} tokens" for dt, v in o["longest"].items()]
-    lines.append(f"**1. \"bf16 runs out of memory where fp8 keeps going\" — {o['label']}.** With a KV budget of {budget} "
-                 f"and block size {res.block_size}: " + "; ".join(parts) + f" in one sequence (the ramp needs {_k(plan.max_context)}).")
+    lines.append(
+        f'**1. "bf16 runs out of memory where fp8 keeps going" — {o["label"]}.** With a KV budget of {budget} '
+        f"and block size {res.block_size}: "
+        + "; ".join(parts)
+        + f" in one sequence (the ramp needs {_k(plan.max_context)})."
+    )
     if o["longest_held_at_concurrency"]:
-        parts = [f"`{dt}` {_k(v) + ' tokens' if v else 'none of the lengths'}" for dt, v in o["longest_held_at_concurrency"].items()]
-        lines.append(f"At {plan.concurrency} requests at once, the longest length whose requests all ran together without "
-                     "preemption: " + "; ".join(parts) + ".")
+        parts = [
+            f"`{dt}` {_k(v) + ' tokens' if v else 'none of the lengths'}"
+            for dt, v in o["longest_held_at_concurrency"].items()
+        ]
+        lines.append(
+            f"At {plan.concurrency} requests at once, the longest length whose requests all ran together without "
+            "preemption: " + "; ".join(parts) + "."
+        )
     lines.append("")
     g = c["gains_grow"]
-    lines.append(f"**2. \"FP8's gains grow with context length\" — {g['label']}.**")
+    lines.append(f'**2. "FP8\'s gains grow with context length" — {g["label"]}.**')
     for dt, v in g["by_dtype"].items():
         lo, hi = v["itl_ci_longest"]
         cx = v["crossover_measured"]
-        lines.append(f"- `{dt}` / `auto`, one request at a time: ITL median ratio {v['itl_ratio_shortest']:.3f} at "
-                     f"{_k(v['shortest'])} tokens, {v['itl_ratio_longest']:.3f} at {_k(v['longest'])} "
-                     f"({_pct(v['itl_delta_longest'])}, 95% CI over this run's inter-token gaps {_pct(lo)} to {_pct(hi)}: "
-                     f"{v['itl_label_longest']}; engine-to-engine variation is not in it); "
-                     f"TTFT ratio {v['ttft_ratio_shortest']:.3f} → {v['ttft_ratio_longest']:.3f}; rank correlation of the "
-                     f"ITL ratio with length over all {len(t.speed[(t.speed.kv_dtype == dt) & (t.speed.concurrency == 1)])} "
-                     f"lengths {v['ratio_trend_rho']:+.2f}. ITL grows by "
-                     f"{1e9 * v['itl_slope_auto']:,.0f} (auto) vs {1e9 * v['itl_slope_cand']:,.0f} ({dt}) µs per 1,000 tokens of context. "
-                     + (f"`{dt}` is faster in ITL from {_k(cx)} tokens on (measured)." if cx is not None and pd.notna(cx)
-                        else f"`{dt}` is not faster in ITL at the longest length measured."))
+        lines.append(
+            f"- `{dt}` / `auto`, one request at a time: ITL median ratio {v['itl_ratio_shortest']:.3f} at "
+            f"{_k(v['shortest'])} tokens, {v['itl_ratio_longest']:.3f} at {_k(v['longest'])} "
+            f"({_pct(v['itl_delta_longest'])}, 95% CI over this run's inter-token gaps {_pct(lo)} to {_pct(hi)}: "
+            f"{v['itl_label_longest']}; engine-to-engine variation is not in it); "
+            f"TTFT ratio {v['ttft_ratio_shortest']:.3f} → {v['ttft_ratio_longest']:.3f}; rank correlation of the "
+            f"ITL ratio with length over all {len(t.speed[(t.speed.kv_dtype == dt) & (t.speed.concurrency == 1)])} "
+            f"lengths {v['ratio_trend_rho']:+.2f}. ITL grows by "
+            f"{1e9 * v['itl_slope_auto']:,.0f} (auto) vs {1e9 * v['itl_slope_cand']:,.0f} ({dt}) µs per 1,000 tokens of context. "
+            + (
+                f"`{dt}` is faster in ITL from {_k(cx)} tokens on (measured)."
+                if cx is not None and pd.notna(cx)
+                else f"`{dt}` is not faster in ITL at the longest length measured."
+            )
+        )
     lines.append("")
     b3 = c["block256"]
-    lines.append(f"**3. \"Block size 256 beats 16 at 128K\" — {b3['label']}.** Block sizes that ran: {b3['sizes']}."
-                 + (f" Rejected by the attention backend: {b3['unsupported']}." if b3["unsupported"] else ""))
+    lines.append(
+        f'**3. "Block size 256 beats 16 at 128K" — {b3["label"]}.** Block sizes that ran: {b3["sizes"]}.'
+        + (f" Rejected by the attention backend: {b3['unsupported']}." if b3["unsupported"] else "")
+    )
     for dt, v in b3["by_dtype"].items():
         ci = v.get("itl_256_vs_smallest_ci")
         if v["smallest"] is None or not np.isfinite(v["e2e_256_over_smallest"]):
-            lines.append(f"- `{dt}` at {_k(v['length'])} tokens: fastest E2E with block size {v['best_block_size']}; no "
-                         "block size below 256 ran at this length, so there is no ratio to report.")
+            lines.append(
+                f"- `{dt}` at {_k(v['length'])} tokens: fastest E2E with block size {v['best_block_size']}; no "
+                "block size below 256 ran at this length, so there is no ratio to report."
+            )
             continue
-        lines.append(f"- `{dt}` at {_k(v['length'])} tokens: fastest E2E with block size {v['best_block_size']}; 256 vs "
-                     f"{v['smallest']}: E2E x{v['e2e_256_over_smallest']:.3f}, ITL x{v['itl_256_over_smallest']:.3f}"
-                     + (f" ({_pct(ci['delta'])}, 95% CI {_pct(ci['lo'])} to {_pct(ci['hi'])}: {ci['label']})" if ci else "")
-                     + f", TTFT x{v['ttft_256_over_smallest']:.3f} (one request each: no interval).")
+        lines.append(
+            f"- `{dt}` at {_k(v['length'])} tokens: fastest E2E with block size {v['best_block_size']}; 256 vs "
+            f"{v['smallest']}: E2E x{v['e2e_256_over_smallest']:.3f}, ITL x{v['itl_256_over_smallest']:.3f}"
+            + (f" ({_pct(ci['delta'])}, 95% CI {_pct(ci['lo'])} to {_pct(ci['hi'])}: {ci['label']})" if ci else "")
+            + f", TTFT x{v['ttft_256_over_smallest']:.3f} (one request each: no interval)."
+        )
     lines.append("")
     s = c["silent"]
     lines.append(f"**4. Silent failure — {s['label']}.**")
     for dt, v in s["by_dtype"].items():
-        lines.append(f"- `{dt}` vs `auto`, teacher-forced on real text up to {_k(plan.doc_length)} tokens: top-1 flips at "
-                     f"{100 * v['flip_rate']:.2f}% of positions, mean |Δ logprob| {v['abs_dlogprob']:.4f} nats, KL ≥ "
-                     f"{v['kl']:.2e}; last bin / first bin {v['last_over_first']:.2f}, Spearman ρ with position "
-                     f"{v['spearman_rho']:.2f}. No error is raised either way: this is the silent part.")
+        lines.append(
+            f"- `{dt}` vs `auto`, teacher-forced on real text up to {_k(plan.doc_length)} tokens: top-1 flips at "
+            f"{100 * v['flip_rate']:.2f}% of positions, mean |Δ logprob| {v['abs_dlogprob']:.4f} nats, KL ≥ "
+            f"{v['kl']:.2e}; last bin / first bin {v['last_over_first']:.2f}, Spearman ρ with position "
+            f"{v['spearman_rho']:.2f}. No error is raised either way: this is the silent part."
+        )
     nll = t.trend[t.trend.source == "text"] if len(t.trend) else t.trend
     if len(nll):
         first = t.bypos[(t.bypos.source == "text")].sort_values("pos_bin")
-        lines.append(f"- The model itself: `auto`'s NLL per token is {nll.nll_base_first.iloc[0]:.2f} nats in the first "
-                     f"{_k(first.pos_bin.iloc[1]) if len(first) > 1 else ''}-token bin and {nll.nll_base_last.iloc[0]:.2f} "
-                     "in the last: a model that does not use its far context cannot show what FP8 does to it there.")
+        lines.append(
+            f"- The model itself: `auto`'s NLL per token is {nll.nll_base_first.iloc[0]:.2f} nats in the first "
+            f"{_k(first.pos_bin.iloc[1]) if len(first) > 1 else ''}-token bin and {nll.nll_base_last.iloc[0]:.2f} "
+            "in the last: a model that does not use its far context cannot show what FP8 does to it there."
+        )
     if s["passkey_acc"]:
         accs = ", ".join(f"`{dt}` {100 * a:.0f}%" for dt, a in s["passkey_acc"].items())
-        lines.append(f"- Passkey retrieval (lengths {list(plan.passkey_lengths)}, depths {list(plan.passkey_depths)}): {accs}. "
-                     + ("" if s["baseline_can_retrieve"] else
-                        "The baseline itself never retrieves the key, so this model cannot show an FP8 retrieval loss: "
-                        "the check is kept for real models on a GPU."))
+        lines.append(
+            f"- Passkey retrieval (lengths {list(plan.passkey_lengths)}, depths {list(plan.passkey_depths)}): {accs}. "
+            + (
+                ""
+                if s["baseline_can_retrieve"]
+                else "The baseline itself never retrieves the key, so this model cannot show an FP8 retrieval loss: "
+                "the check is kept for real models on a GPU."
+            )
+        )
     lines.append("")
     r5 = c["random_tokens"]
-    lines.append(f"**5. \"128K tests with random tokens are worthless\" — {r5['label']}.**")
+    lines.append(f'**5. "128K tests with random tokens are worthless" — {r5["label"]}.**')
     if r5.get("timing_ttft_ratio"):
-        lines.append("- Timing, random-token prompt / real-text prompt of the same length (run just before and after "
-                     "it): TTFT " + ", ".join(f"`{d}` x{v:.3f}" for d, v in r5["timing_ttft_ratio"].items()) + ", ITL "
-                     + ", ".join(f"`{d}` x{v:.3f}" for d, v in r5["timing_itl_ratio"].items())
-                     + "; those two real-text runs against each other: TTFT "
-                     + ", ".join(f"`{d}` x{v:.3f}" for d, v in r5["noise_ttft_ratio"].items()) + ", ITL "
-                     + ", ".join(f"`{d}` x{v:.3f}" for d, v in r5["noise_itl_ratio"].items()) + ". "
-                     + ("The random-token difference is within that run-to-run noise (or 5%): for speed and memory, "
-                        "random tokens measure the same thing." if r5["timing_within_noise"] else
-                        "The random-token difference exceeds that run-to-run noise here."))
+        lines.append(
+            "- Timing, random-token prompt / real-text prompt of the same length (run just before and after "
+            "it): TTFT "
+            + ", ".join(f"`{d}` x{v:.3f}" for d, v in r5["timing_ttft_ratio"].items())
+            + ", ITL "
+            + ", ".join(f"`{d}` x{v:.3f}" for d, v in r5["timing_itl_ratio"].items())
+            + "; those two real-text runs against each other: TTFT "
+            + ", ".join(f"`{d}` x{v:.3f}" for d, v in r5["noise_ttft_ratio"].items())
+            + ", ITL "
+            + ", ".join(f"`{d}` x{v:.3f}" for d, v in r5["noise_itl_ratio"].items())
+            + ". "
+            + (
+                "The random-token difference is within that run-to-run noise (or 5%): for speed and memory, "
+                "random tokens measure the same thing."
+                if r5["timing_within_noise"]
+                else "The random-token difference exceeds that run-to-run noise here."
+            )
+        )
     if r5.get("divergence_ratio"):
-        lines.append("- FP8 error measured on random tokens / on real text: |Δ logprob| "
-                     + ", ".join(f"`{d}` x{v:.2f}" for d, v in r5["divergence_ratio"].items()) + ", top-1 flips "
-                     + ", ".join(f"`{d}` x{v:.2f}" for d, v in r5["flip_ratio"].items())
-                     + ": a random-token test does not measure the error real text sees.")
+        lines.append(
+            "- FP8 error measured on random tokens / on real text: |Δ logprob| "
+            + ", ".join(f"`{d}` x{v:.2f}" for d, v in r5["divergence_ratio"].items())
+            + ", top-1 flips "
+            + ", ".join(f"`{d}` x{v:.2f}" for d, v in r5["flip_ratio"].items())
+            + ": a random-token test does not measure the error real text sees."
+        )
     return "\n".join(lines)
 
 
@@ -1539,12 +2003,21 @@ def summary_values(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str, A
     plan = res.plan
     c = claims(res, t) if c is None else c
     s: dict[str, Any] = {
-        "model": Path(plan.model).name, "load_format": plan.load_format, "kv_dtypes": list(plan.kv_dtypes),
-        "lengths": list(plan.lengths), "max_context": plan.max_context, "output_tokens": plan.output_tokens,
-        "concurrency": plan.concurrency, "block_size": res.block_size, "kv_cache_gib": plan.kv_cache_gib,
-        "engines": len(res.runs), "engines_started": int((~res.engines.cached).sum()) if len(res.engines) else 0,
+        "model": Path(plan.model).name,
+        "load_format": plan.load_format,
+        "kv_dtypes": list(plan.kv_dtypes),
+        "lengths": list(plan.lengths),
+        "max_context": plan.max_context,
+        "output_tokens": plan.output_tokens,
+        "concurrency": plan.concurrency,
+        "block_size": res.block_size,
+        "kv_cache_gib": plan.kv_cache_gib,
+        "engines": len(res.runs),
+        "engines_started": int((~res.engines.cached).sum()) if len(res.engines) else 0,
         "engine_statuses": res.engines.groupby(["role", "status"]).size().rename(lambda x: x).to_dict()
-        if len(res.engines) else {}, "study_wall_s": res.wall_s,
+        if len(res.engines)
+        else {},
+        "study_wall_s": res.wall_s,
     }
     s["engine_statuses"] = {f"{k[0]}.{k[1]}": int(v) for k, v in s["engine_statuses"].items()}
     for _, b in t.boundary.iterrows():
@@ -1556,7 +2029,15 @@ def summary_values(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str, A
     for _, r in t.ramp.iterrows():
         key = f"{r.kv_dtype}.c{r.concurrency}.L{r.length}"
         s[f"{key}.outcome"] = r.outcome
-        for m in ("ttft_p50_s", "itl_p50_s", "itl_p95_s", "e2e_p50_s", "preemptions", "kv_usage_peak", "mem_peak_bytes"):
+        for m in (
+            "ttft_p50_s",
+            "itl_p50_s",
+            "itl_p95_s",
+            "e2e_p50_s",
+            "preemptions",
+            "kv_usage_peak",
+            "mem_peak_bytes",
+        ):
             if m in r and pd.notna(r[m]):
                 s[f"{key}.{m}"] = r[m]
     for _, r in t.frontier.iterrows():
@@ -1577,7 +2058,15 @@ def summary_values(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str, A
             for m in ("ttft_p50_s", "itl_p50_s", "e2e_p50_s"):
                 s[f"{key}.{m}"] = r[m]
     for _, r in t.trend.iterrows():
-        for m in ("flip_rate", "abs_dlogprob", "kl", "last_over_first", "spearman_rho", "nll_base_first", "nll_base_last"):
+        for m in (
+            "flip_rate",
+            "abs_dlogprob",
+            "kl",
+            "last_over_first",
+            "spearman_rho",
+            "nll_base_first",
+            "nll_base_last",
+        ):
             s[f"{r.kv_dtype}.{r.source}.div.{m}"] = r[m]
     if len(t.passkey):
         for (dt, L), a in t.passkey.groupby(["kv_dtype", "length"]).correct.mean().items():

@@ -22,16 +22,19 @@ InsertKind = Literal["code", "json"]
 
 #: Passkey retrieval, the wording of Mohtashami & Jaggi (arXiv:2305.16300, appendix), with real text
 #: in place of their repeated filler sentences.
-PASSKEY_TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
-                "I will quiz you about the important information there.\n\n")
+PASSKEY_TASK = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+    "I will quiz you about the important information there.\n\n"
+)
 PASSKEY_NEEDLE = "\n\nThe pass key is {key}. Remember it. {key} is the pass key.\n\n"
 PASSKEY_QUESTION = "\n\nWhat is the pass key? The pass key is"
 PASSKEY_OUTPUT_TOKENS = 8
 
 
 # ============================================================================ length grids
-def length_grid(kind: GridKind, min_len: int, max_context: int, output_tokens: int, *, step: int = 1024,
-                factor: float = 2.0) -> tuple[int, ...]:
+def length_grid(
+    kind: GridKind, min_len: int, max_context: int, output_tokens: int, *, step: int = 1024, factor: float = 2.0
+) -> tuple[int, ...]:
     """Prompt lengths (tokens) of a ramp whose longest request, prompt + ``output_tokens``, is exactly
     ``max_context`` tokens.
 
@@ -79,8 +82,11 @@ def json_object(rng: random.Random) -> str:
 def code_block(rng: random.Random) -> str:
     """A small fenced Python snippet, seeded (one of a few shapes with random names and numbers), with no
     blank line inside, so it stays one paragraph of the document."""
-    name = rng.choice(["load", "parse", "merge", "scan", "emit", "fold"]) + "_" + rng.choice(
-        ["items", "rows", "blocks", "tokens", "records"])
+    name = (
+        rng.choice(["load", "parse", "merge", "scan", "emit", "fold"])
+        + "_"
+        + rng.choice(["items", "rows", "blocks", "tokens", "records"])
+    )
     n, k = rng.randrange(2, 64), rng.randrange(1, 9)
     shapes = [
         f"def {name}(data, limit={n}):\n    out = []\n    for i, x in enumerate(data):\n"
@@ -93,8 +99,9 @@ def code_block(rng: random.Random) -> str:
     return "```python\n" + rng.choice(shapes) + "\n```"
 
 
-def assemble_document(texts: Sequence[str], inserts: Sequence[str] = ("code", "json"), every: int = 6,
-                      seed: int = 0) -> str:
+def assemble_document(
+    texts: Sequence[str], inserts: Sequence[str] = ("code", "json"), every: int = 6, seed: int = 0
+) -> str:
     """One long document: ``texts`` split into paragraphs (blank-line separated, kept verbatim), joined
     with blank lines, with an inserted block after every ``every`` paragraphs, cycling through
     ``inserts`` (``code``: :func:`code_block`, ``json``: :func:`json_object`; seeded by ``seed``).
@@ -151,8 +158,15 @@ class _DocumentStream:
 _STREAMS: dict[tuple, _DocumentStream] = {}
 
 
-def document_ids(model: str, length: int, offset: int = 0, *, inserts: Sequence[str] = ("code", "json"),
-                 every: int = 6, seed: int = 0) -> tuple[int, ...]:
+def document_ids(
+    model: str,
+    length: int,
+    offset: int = 0,
+    *,
+    inserts: Sequence[str] = ("code", "json"),
+    every: int = 6,
+    seed: int = 0,
+) -> tuple[int, ...]:
     """Exactly ``length`` token ids of the long held-out document, from token ``offset`` (the stream
     wraps around when the corpus is shorter than ``offset + length``: about 0.5M tokens with the shipped
     tokenizer)."""
@@ -204,9 +218,17 @@ def insert_at_depth(haystack: Sequence[int], needle: Sequence[int], depth: float
     return tuple(haystack[:pos]) + tuple(needle) + tuple(haystack[pos:]), pos
 
 
-def passkey_items(model: str, lengths: Sequence[int], depths: Sequence[float], trials: int = 1, *,
-                  haystack: PromptSource = "text", seed: int = 0, inserts: Sequence[str] = ("code", "json"),
-                  every: int = 6) -> list[PasskeyItem]:
+def passkey_items(
+    model: str,
+    lengths: Sequence[int],
+    depths: Sequence[float],
+    trials: int = 1,
+    *,
+    haystack: PromptSource = "text",
+    seed: int = 0,
+    inserts: Sequence[str] = ("code", "json"),
+    every: int = 6,
+) -> list[PasskeyItem]:
     """One item per (length, depth, trial): a seeded 5-digit key, real-text (or random-token) haystack
     from a different place of the long document for every item, prompt exactly ``length`` tokens."""
     from fp8lab.workloads import _tokenizer, model_vocab_size
@@ -225,17 +247,23 @@ def passkey_items(model: str, lengths: Sequence[int], depths: Sequence[float], t
                 needle = tok.encode(PASSKEY_NEEDLE.format(key=key), add_special_tokens=False)
                 n_hay = length - len(task) - len(needle) - len(question)
                 if n_hay < 1:
-                    raise SpecError("Passkey", "lengths", length,
-                                    f"at least {len(task) + len(needle) + len(question) + 1} tokens (task + needle + question)")
+                    raise SpecError(
+                        "Passkey",
+                        "lengths",
+                        length,
+                        f"at least {len(task) + len(needle) + len(question) + 1} tokens (task + needle + question)",
+                    )
                 if haystack == "text":
-                    hay = document_ids(model, n_hay, offset=(7919 * n) % 400_000, inserts=inserts, every=every,
-                                       seed=seed)
+                    hay = document_ids(
+                        model, n_hay, offset=(7919 * n) % 400_000, inserts=inserts, every=every, seed=seed
+                    )
                 else:
                     hay = random_ids(model_vocab_size(resolve_model(model)), n_hay, seed=seed + 1000 + n)
                 body, pos = insert_at_depth(hay, needle, depth)
                 prompt = tuple(task) + body + tuple(question)
-                items.append(PasskeyItem(f"pk-L{length}-d{depth:g}-t{t}", length, float(depth), key, prompt,
-                                         len(task) + pos))
+                items.append(
+                    PasskeyItem(f"pk-L{length}-d{depth:g}-t{t}", length, float(depth), key, prompt, len(task) + pos)
+                )
                 n += 1
     return items
 

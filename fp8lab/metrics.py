@@ -76,8 +76,12 @@ def explode_itl(records: pd.DataFrame, keep: Sequence[str] = ()) -> pd.DataFrame
     return df
 
 
-def latency_table(records: pd.DataFrame, by: Sequence[str] = ("kv_dtype", "cls"), scale: float = 1e3,
-                  metrics: Sequence[str] = ("ttft_s", "tpot_s", "itl_s", "e2e_s")) -> pd.DataFrame:
+def latency_table(
+    records: pd.DataFrame,
+    by: Sequence[str] = ("kv_dtype", "cls"),
+    scale: float = 1e3,
+    metrics: Sequence[str] = ("ttft_s", "tpot_s", "itl_s", "e2e_s"),
+) -> pd.DataFrame:
     """Tidy table: one row per group of ``by`` and metric, columns ``n, mean, p50, p95, p99``.
 
     ``ttft_s``, ``tpot_s`` and ``e2e_s`` count one value per request; ``itl_s`` pools every gap of every
@@ -113,14 +117,19 @@ def ecdf(values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------------------------------
 
 
-def throughput(prompt_tokens: float, output_tokens: float, wall_s: float, requests: int | None = None) -> dict[str, float]:
+def throughput(
+    prompt_tokens: float, output_tokens: float, wall_s: float, requests: int | None = None
+) -> dict[str, float]:
     """Tokens per second over a phase's wall time: ``input_tok_s`` (prompt tokens), ``output_tok_s``,
     ``total_tok_s`` (both), and ``requests_s`` when ``requests`` is given."""
     if not wall_s or wall_s <= 0:
         nan = float("nan")
         return {"input_tok_s": nan, "output_tok_s": nan, "total_tok_s": nan, "requests_s": nan}
-    out = {"input_tok_s": prompt_tokens / wall_s, "output_tok_s": output_tokens / wall_s,
-           "total_tok_s": (prompt_tokens + output_tokens) / wall_s}
+    out = {
+        "input_tok_s": prompt_tokens / wall_s,
+        "output_tok_s": output_tokens / wall_s,
+        "total_tok_s": (prompt_tokens + output_tokens) / wall_s,
+    }
     if requests is not None:
         out["requests_s"] = requests / wall_s
     return out
@@ -208,9 +217,17 @@ def _resample(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([groups[i][rng.integers(0, groups[i].size, groups[i].size)] for i in picks])
 
 
-def bootstrap_delta(a: Iterable[float], b: Iterable[float], statistic: str | Callable = "mean", *,
-                    clusters_a: Sequence[Any] | None = None, clusters_b: Sequence[Any] | None = None,
-                    n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> DeltaCI:
+def bootstrap_delta(
+    a: Iterable[float],
+    b: Iterable[float],
+    statistic: str | Callable = "mean",
+    *,
+    clusters_a: Sequence[Any] | None = None,
+    clusters_b: Sequence[Any] | None = None,
+    n_boot: int = 2000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> DeltaCI:
     """Relative delta ``stat(b) / stat(a) - 1`` with a percentile-bootstrap ``ci`` interval.
 
     ``a`` and ``b`` are independent samples (e.g. the TTFTs of every request under auto and under
@@ -240,7 +257,7 @@ def bootstrap_delta(a: Iterable[float], b: Iterable[float], statistic: str | Cal
         boots[i] = rb / ra - 1.0 if ra != 0 else nan
     boots = boots[np.isfinite(boots)]
     alpha = (1.0 - ci) / 2.0
-    lo, hi = (np.quantile(boots, [alpha, 1.0 - alpha]) if boots.size else (nan, nan))
+    lo, hi = np.quantile(boots, [alpha, 1.0 - alpha]) if boots.size else (nan, nan)
     return DeltaCI(float(sa), float(sb), float(delta), float(lo), float(hi), int(va.size), int(vb.size), n_boot, ci)
 
 
@@ -296,12 +313,29 @@ def decode_steps(records: pd.DataFrame) -> pd.DataFrame:
     batch = started - finished
     tokens_before = np.searchsorted(all_tok, t, side="left")
     kv = (cum_p_s[started] - cum_p_e[finished]) + (tokens_before - cum_n_e[finished])
-    return pd.DataFrame({"request": g[:, 0].astype(int), "itl_s": g[:, 1], "t_s": t,
-                         "batch": batch.astype(int), "kv_tokens": kv, "context": g[:, 3]})
+    return pd.DataFrame(
+        {
+            "request": g[:, 0].astype(int),
+            "itl_s": g[:, 1],
+            "t_s": t,
+            "batch": batch.astype(int),
+            "kv_tokens": kv,
+            "context": g[:, 3],
+        }
+    )
 
 
 __all__ = [
-    "DeltaCI", "PERCENTILES", "REQUEST_LATENCIES", "achieved_rate", "bootstrap_delta",
-    "decode_steps", "ecdf", "explode_itl", "latency_table", "percentiles", "statistic_fn",
+    "DeltaCI",
+    "PERCENTILES",
+    "REQUEST_LATENCIES",
+    "achieved_rate",
+    "bootstrap_delta",
+    "decode_steps",
+    "ecdf",
+    "explode_itl",
+    "latency_table",
+    "percentiles",
+    "statistic_fn",
     "throughput",
 ]

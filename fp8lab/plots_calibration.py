@@ -27,8 +27,13 @@ def scale_heatmaps(scales: Any, names: Sequence[str], fmt: str = "e4m3", strateg
     return fig
 
 
-def reldiff_heatmaps(diff: Any, name: str, fmt: str = "e4m3", strategies: Sequence[str] = ("tensor", "attn_head"),
-                     threshold: float = 0.03) -> Any:
+def reldiff_heatmaps(
+    diff: Any,
+    name: str,
+    fmt: str = "e4m3",
+    strategies: Sequence[str] = ("tensor", "attn_head"),
+    threshold: float = 0.03,
+) -> Any:
     """Relative scale difference of set ``name`` against the large set, layer x KV head, per strategy
     (rows) and tensor (columns); cells at or above ``threshold`` are outlined."""
     plt, sns = _sns()
@@ -40,14 +45,17 @@ def reldiff_heatmaps(diff: Any, name: str, fmt: str = "e4m3", strategies: Sequen
         for j, t in enumerate(("K", "V")):
             d = d0[(d0.strategy == st) & (d0.tensor == t)].pivot(index="layer", columns="head", values="rel_diff")
             ax = axes[i, j]
-            sns.heatmap(d, annot=True, fmt=".3f", cmap="magma_r", vmin=0, vmax=vmax, cbar=False, ax=ax,
-                        annot_kws={"size": 8})
+            sns.heatmap(
+                d, annot=True, fmt=".3f", cmap="magma_r", vmin=0, vmax=vmax, cbar=False, ax=ax, annot_kws={"size": 8}
+            )
             for r in range(d.shape[0]):
                 for c in range(d.shape[1]):
                     if d.iloc[r, c] >= threshold:
                         ax.add_patch(plt.Rectangle((c, r), 1, 1, fill=False, ec="#C44E52", lw=1.5))
             ax.set(title=f"{t}, {st}: {name} vs large", xlabel="KV head", ylabel="layer")
-    fig.suptitle("relative scale difference |Δscale| / scale (outlined: at or above the claim's bound)", fontsize="medium")
+    fig.suptitle(
+        "relative scale difference |Δscale| / scale (outlined: at or above the claim's bound)", fontsize="medium"
+    )
     fig.tight_layout()
     return fig
 
@@ -62,21 +70,44 @@ def convergence_curve(conv: Any, points: Any | None = None, threshold: float = 0
     fig, axes = plt.subplots(1, len(tensors), figsize=(5.5 * len(tensors), 4), sharey=True, squeeze=False)
     for ax, t in zip(axes[0], tensors, strict=True):
         c = conv[conv.tensor == t]
-        sns.lineplot(c, x="n_tokens", y="rel_diff_mean", hue="strategy", palette=STRATEGY_COLORS, marker="o",
-                     errorbar=("pi", 100), ax=ax)
+        sns.lineplot(
+            c,
+            x="n_tokens",
+            y="rel_diff_mean",
+            hue="strategy",
+            palette=STRATEGY_COLORS,
+            marker="o",
+            errorbar=("pi", 100),
+            ax=ax,
+        )
         if points is not None and len(points):
             named: set[str] = set()
             for _, r in points[points.tensor == t].iterrows():
-                ax.scatter([r.n_tokens], [r.rel_diff_mean], marker="*", s=160, color=STRATEGY_COLORS.get(r.strategy, "k"),
-                           edgecolor="k", zorder=5)
+                ax.scatter(
+                    [r.n_tokens],
+                    [r.rel_diff_mean],
+                    marker="*",
+                    s=160,
+                    color=STRATEGY_COLORS.get(r.strategy, "k"),
+                    edgecolor="k",
+                    zorder=5,
+                )
                 if r["name"] not in named:  # one label per prompt cut (one star per strategy)
                     named.add(r["name"])
-                    ax.annotate(r["name"], (r.n_tokens, r.rel_diff_mean), textcoords="offset points", xytext=(8, 0),
-                                fontsize="small")
+                    ax.annotate(
+                        r["name"],
+                        (r.n_tokens, r.rel_diff_mean),
+                        textcoords="offset points",
+                        xytext=(8, 0),
+                        fontsize="small",
+                    )
         ax.axhline(threshold, color="#C44E52", ls="--", lw=1.2, label=f"claim: < {threshold}")
         ax.set_xscale("log")
-        ax.set(xlabel="calibration tokens (random subsets of the large set)",
-               ylabel="mean |Δscale| / scale vs full large set", title=f"{t}")
+        ax.set(
+            xlabel="calibration tokens (random subsets of the large set)",
+            ylabel="mean |Δscale| / scale vs full large set",
+            title=f"{t}",
+        )
         ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
@@ -114,9 +145,14 @@ def quality_deltas(summary: Any, metrics: Sequence[str] = ("delta_ppl_pct", "tf_
     interval (``delta_ppl_pct_ci``) as error bars."""
     plt, _ = _sns()
     s = summary[summary.status == "ok"].reset_index()
-    titles = {"delta_ppl_pct": "Δ perplexity vs auto (%, 95% CI)", "tf_abs_dlogprob": "teacher-forced |Δ logprob| (nats)",
-              "tf_top1": "teacher-forced top-1 agreement", "top3_match": "reports' top-3 match",
-              "task_acc": "copy-task accuracy", "tf_kl": "KL lower bound (nats/token)"}
+    titles = {
+        "delta_ppl_pct": "Δ perplexity vs auto (%, 95% CI)",
+        "tf_abs_dlogprob": "teacher-forced |Δ logprob| (nats)",
+        "tf_top1": "teacher-forced top-1 agreement",
+        "top3_match": "reports' top-3 match",
+        "task_acc": "copy-task accuracy",
+        "tf_kl": "KL lower bound (nats/token)",
+    }
     metrics = [m for m in metrics if m in s]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.8), squeeze=False)
     x = list(range(len(s)))
@@ -139,5 +175,11 @@ def quality_deltas(summary: Any, metrics: Sequence[str] = ("delta_ppl_pct", "tf_
     return fig
 
 
-__all__ = ["STRATEGY_COLORS", "convergence_curve", "quality_deltas", "quant_error_bars", "reldiff_heatmaps",
-           "scale_heatmaps"]
+__all__ = [
+    "STRATEGY_COLORS",
+    "convergence_curve",
+    "quality_deltas",
+    "quant_error_bars",
+    "reldiff_heatmaps",
+    "scale_heatmaps",
+]

@@ -42,8 +42,14 @@ def ratio_by_point(points: Any) -> Any:
     plt, sns = _sns()
     fig, ax = plt.subplots(figsize=(8, 3.8))
     for b, p in points.sort_values("context_len").groupby("batch"):
-        ax.errorbar(p.context_len, p.ratio, yerr=[p.ratio - p.ratio_ci_low, p.ratio_ci_high - p.ratio], marker="o",
-                    capsize=3, label=f"batch {b}")
+        ax.errorbar(
+            p.context_len,
+            p.ratio,
+            yerr=[p.ratio - p.ratio_ci_low, p.ratio_ci_high - p.ratio],
+            marker="o",
+            capsize=3,
+            label=f"batch {b}",
+        )
     noise = float(np.nanmedian(points.self_noise_pct)) / 100
     ax.axhspan(1 - noise, 1 + noise, color="0.85", zorder=0, label=f"noise floor ±{noise:.1%}")
     ax.axhline(1.0, color="0.4", lw=1)

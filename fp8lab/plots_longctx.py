@@ -30,14 +30,26 @@ def latency_vs_length(ramp: Any, growth: Any = None) -> Any:
     from fp8lab.longctx import fitted
 
     plt, _ = _sns()
-    metrics = [("ttft_p50_s", "TTFT (median)"), ("itl_p50_s", "ITL P50"), ("itl_p95_s", "ITL P95"), ("e2e_p50_s", "E2E (median)")]
+    metrics = [
+        ("ttft_p50_s", "TTFT (median)"),
+        ("itl_p50_s", "ITL P50"),
+        ("itl_p95_s", "ITL P95"),
+        ("e2e_p50_s", "E2E (median)"),
+    ]
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
     ran = ramp[ramp.outcome.isin(["ok", "held", "preempted", "serialized"])] if len(ramp) else ramp
     for ax, (m, title) in zip(axes, metrics, strict=True):
         for (dt, c), g in ran.groupby(["kv_dtype", "concurrency"], sort=False):
             g = g.sort_values("length")
-            ax.plot(g.length, 1e3 * g[m], marker="o", ls="-" if c == 1 else ":", color=_color(dt),
-                    mfc=_color(dt) if c == 1 else "white", label=f"{dt}, c={c}")
+            ax.plot(
+                g.length,
+                1e3 * g[m],
+                marker="o",
+                ls="-" if c == 1 else ":",
+                color=_color(dt),
+                mfc=_color(dt) if c == 1 else "white",
+                label=f"{dt}, c={c}",
+            )
             if c == 1 and growth is not None and len(growth):
                 f = growth[(growth.kv_dtype == dt) & (growth.metric == m)]
                 if len(f) and np.isfinite(f.iloc[0]["a"]):
@@ -60,8 +72,13 @@ def memory_vs_length(ramp: Any) -> Any:
     ran = ramp[ramp.outcome.isin(["ok", "held", "preempted", "serialized"])] if len(ramp) else ramp
     for (dt, c), g in ran.groupby(["kv_dtype", "concurrency"], sort=False):
         g = g.sort_values("length")
-        kw = dict(marker="o", color=_color(dt), ls="-" if c == 1 else ":", mfc=_color(dt) if c == 1 else "white",
-                  label=f"{dt}, c={c}")
+        kw = dict(
+            marker="o",
+            color=_color(dt),
+            ls="-" if c == 1 else ":",
+            mfc=_color(dt) if c == 1 else "white",
+            label=f"{dt}, c={c}",
+        )
         axes[0].plot(g.length, g.kv_used_bytes / 2**30, **kw)
         axes[1].plot(g.length, g.mem_peak_bytes.astype(float) / 2**30, **kw)
     for ax, t in zip(axes, ("KV cache in use (sampled peak)", "Device memory (peak)"), strict=True):
@@ -86,27 +103,52 @@ def capacity_frontier(frontier: Any, boundary: Any, concurrency: int) -> Any:
         nudge = 1.04**i  # side by side where the dtypes' markers would hide each other
         ax.plot(g.length, g.max_conc_formula, color=_color(dt), label=f"{dt}: formula")
         ax.plot(g.length, g.max_conc_engine, color=_color(dt), ls="--", lw=1, label=f"{dt}: engine blocks")
-        ax.scatter(g.length, g.max_conc_measured, color=_color(dt), marker="D", s=25, zorder=3,
-                   label=f"{dt}: measured KV use")
+        ax.scatter(
+            g.length, g.max_conc_measured, color=_color(dt), marker="D", s=25, zorder=3, label=f"{dt}: measured KV use"
+        )
         if col in g:
             for outcome, h in g.groupby(col):
-                ax.scatter(h.length * nudge, [concurrency] * len(h), marker=_OUTCOME_MARKER.get(outcome, "^"), s=70,
-                           facecolor="white" if outcome == "held" else _color(dt), edgecolor=_color(dt), zorder=4,
-                           label=f"{dt}: c={concurrency} {outcome}")
+                ax.scatter(
+                    h.length * nudge,
+                    [concurrency] * len(h),
+                    marker=_OUTCOME_MARKER.get(outcome, "^"),
+                    s=70,
+                    facecolor="white" if outcome == "held" else _color(dt),
+                    edgecolor=_color(dt),
+                    zorder=4,
+                    label=f"{dt}: c={concurrency} {outcome}",
+                )
     ax.axhline(concurrency, color="grey", lw=0.8, ls=":")
     _tokens_axis(ax)
     ax.set_yscale("log")
-    ax.set(title="Concurrency each dtype holds (every sequence at full length)", xlabel="prompt length (tokens)",
-           ylabel="sequences")
+    ax.set(
+        title="Concurrency each dtype holds (every sequence at full length)",
+        xlabel="prompt length (tokens)",
+        ylabel="sequences",
+    )
     ax.legend(fontsize="xx-small", ncol=2)
     ax = axes[1]
     b = boundary.reset_index(drop=True)
     x = np.arange(len(b))
     w = 0.38
-    ax.bar(x - w / 2, b.longest_formula.astype(float), w, color=[_color(d) for d in b.kv_dtype], alpha=0.5,
-           label="formula", edgecolor="black")
-    ax.bar(x + w / 2, b.longest_measured.astype(float), w, color=[_color(d) for d in b.kv_dtype], label="vLLM estimate (probe)",
-           edgecolor="black", hatch="//")
+    ax.bar(
+        x - w / 2,
+        b.longest_formula.astype(float),
+        w,
+        color=[_color(d) for d in b.kv_dtype],
+        alpha=0.5,
+        label="formula",
+        edgecolor="black",
+    )
+    ax.bar(
+        x + w / 2,
+        b.longest_measured.astype(float),
+        w,
+        color=[_color(d) for d in b.kv_dtype],
+        label="vLLM estimate (probe)",
+        edgecolor="black",
+        hatch="//",
+    )
     need = float(b.ramp_max_model_len.max()) if b.ramp_max_model_len.notna().any() else None
     if need:
         ax.axhline(need, color="black", ls=":", lw=1, label="ramp's longest request")
@@ -134,8 +176,14 @@ def blocksize_sweep(bs: Any) -> Any:
     for ax, (m, title) in zip(axes, metrics, strict=True):
         for (dt, L), g in ok.groupby(["kv_dtype", "length"], sort=False):
             g = g.sort_values("block_size")
-            ax.plot(g.block_size.astype(str), 1e3 * g[m], marker="o", color=_color(dt), label=f"{dt}, {L:,} tokens",
-                    ls="-" if L == bs.length.max() else ":")
+            ax.plot(
+                g.block_size.astype(str),
+                1e3 * g[m],
+                marker="o",
+                color=_color(dt),
+                label=f"{dt}, {L:,} tokens",
+                ls="-" if L == bs.length.max() else ":",
+            )
         ax.set(title=title, xlabel="block size (tokens)", ylabel="ms")
         ax.set_ylim(bottom=0)
     bad = bs[bs.outcome != "ok"][["kv_dtype", "block_size", "outcome"]].drop_duplicates()
@@ -159,12 +207,20 @@ def divergence_vs_position(bypos: Any, bin_tokens: int | None = None) -> Any:
         axes[0].plot(g.pos_bin, 100 * g.flip_rate, ls=ls, marker=".", color=_color(dt), label=f"{dt}, {src}")
         axes[1].plot(g.pos_bin, g.abs_dlogprob, ls=ls, marker=".", color=_color(dt), label=f"{dt}, {src}")
         axes[2].plot(g.pos_bin, g.nll_base, ls=ls, marker=".", color=_color("auto"), label=f"auto, {src}")
-    for ax, (t, y) in zip(axes, (("Top-1 flips vs auto", "% of positions"), ("|Δ logprob| of the actual token", "nats"),
-                                 ("auto's NLL per token", "nats")), strict=True):
+    for ax, (t, y) in zip(
+        axes,
+        (
+            ("Top-1 flips vs auto", "% of positions"),
+            ("|Δ logprob| of the actual token", "nats"),
+            ("auto's NLL per token", "nats"),
+        ),
+        strict=True,
+    ):
         ax.set(title=t, xlabel="position in the context (bin start, tokens)", ylabel=y)
         ax.legend(fontsize="x-small")
-    fig.suptitle("Teacher-forced divergence along the context" + (f" ({bin_tokens}-token bins)" if bin_tokens else ""),
-                 y=1.02)
+    fig.suptitle(
+        "Teacher-forced divergence along the context" + (f" ({bin_tokens}-token bins)" if bin_tokens else ""), y=1.02
+    )
     fig.tight_layout()
     return fig
 

@@ -27,8 +27,17 @@ def top3_by_category(greedy: Any, threshold: float = 0.85, band: tuple[float, fl
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.axhspan(*band, color="#55A868", alpha=0.15, label=f"reports' 'fine' {band[0]}-{band[1]}")
     ax.axhline(threshold, color="#C44E52", ls="--", lw=1.5, label=f"reports' threshold {threshold}")
-    sns.barplot(greedy, x="category", y="top3_match", hue="label", palette=palette(labels),
-                errorbar=("ci", 95), n_boot=1000, seed=0, ax=ax)
+    sns.barplot(
+        greedy,
+        x="category",
+        y="top3_match",
+        hue="label",
+        palette=palette(labels),
+        errorbar=("ci", 95),
+        n_boot=1000,
+        seed=0,
+        ax=ax,
+    )
     ax.set(ylim=(0, 1.05), xlabel="prompt category", ylabel="top-3 token match (vs auto)")
     ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize="small")
     fig.tight_layout()
@@ -45,8 +54,11 @@ def divergence_ecdf(greedy: Any, gen_tokens: int) -> Any:
     sns.ecdfplot(greedy, x="first_div_censored", hue="label", palette=palette(labels), ax=ax)
     ax.axvline(3, color="#8C8C8C", ls=":", lw=1)
     ax.text(3.2, 0.02, "reports look here (3 tokens)", fontsize="small", color="#555")
-    ax.set(xlim=(0, gen_tokens - 0.5), xlabel=f"first divergent token (of {gen_tokens} generated)",
-           ylabel="fraction of prompts diverged by then")
+    ax.set(
+        xlim=(0, gen_tokens - 0.5),
+        xlabel=f"first divergent token (of {gen_tokens} generated)",
+        ylabel="fraction of prompts diverged by then",
+    )
     fig.tight_layout()
     return fig
 
@@ -57,10 +69,18 @@ def teacher_by_position(bypos: Any, bin_tokens: int) -> Any:
     plt, sns = _sns()
     labels = list(dict.fromkeys(bypos.label))
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    for ax, (col, name) in zip(axes, [("top1", "top-1 agreement"), ("abs_dlogprob", "mean |Δ logprob| (nats)"),
-                                      ("kl", "mean KL lower bound (nats)")], strict=True):
-        sns.lineplot(bypos, x="pos_bin", y=col, hue="label", palette=palette(labels), marker="o", ax=ax,
-                     legend=ax is axes[-1])
+    for ax, (col, name) in zip(
+        axes,
+        [
+            ("top1", "top-1 agreement"),
+            ("abs_dlogprob", "mean |Δ logprob| (nats)"),
+            ("kl", "mean KL lower bound (nats)"),
+        ],
+        strict=True,
+    ):
+        sns.lineplot(
+            bypos, x="pos_bin", y=col, hue="label", palette=palette(labels), marker="o", ax=ax, legend=ax is axes[-1]
+        )
         ax.set(xlabel=f"context position (bins of {bin_tokens} tokens)", ylabel=name)
     axes[-1].legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize="small")
     fig.tight_layout()
@@ -92,8 +112,9 @@ def ppl_and_task(ppl: Any, task: Any) -> Any:
     for ax, (df, col, name) in zip(axes[0], panels, strict=True):
         if not len(df):
             continue
-        sns.barplot(df, x="label", y=col, hue="label", palette=palette(labels), errorbar=("ci", 95), n_boot=1000,
-                    seed=0, ax=ax)
+        sns.barplot(
+            df, x="label", y=col, hue="label", palette=palette(labels), errorbar=("ci", 95), n_boot=1000, seed=0, ax=ax
+        )
         ax.set(xlabel="", ylabel=name, ylim=(df[col].min() * 0.9, None) if col == "ppl" else (0, 1.05))
         ax.tick_params(axis="x", rotation=20)
     fig.tight_layout()
@@ -105,8 +126,17 @@ def roundtrip_by_layer(rt: Any, scale: str = "1.0") -> Any:
     bars per format x rounding, at one scale choice."""
     plt, sns = _sns()
     df = rt[rt.scale == scale].assign(setting=lambda d: d.format + " " + d.rounding)
-    g = sns.catplot(df, x="layer", y="rel_err", hue="setting", col="tensor", kind="bar", height=3.4, aspect=1.2,
-                    palette=["#4C72B0", "#DD8452", "#55A868", "#C44E52"][: df.setting.nunique()])
+    g = sns.catplot(
+        df,
+        x="layer",
+        y="rel_err",
+        hue="setting",
+        col="tensor",
+        kind="bar",
+        height=3.4,
+        aspect=1.2,
+        palette=["#4C72B0", "#DD8452", "#55A868", "#C44E52"][: df.setting.nunique()],
+    )
     g.set_axis_labels("layer", f"‖q(x) − x‖ / ‖x‖  (scale {scale})")
     return g.figure
 
@@ -117,16 +147,20 @@ def roundtrip_points(points: Any) -> Any:
     zero (and grows with |x|); RNE's is centred on zero and half as wide."""
     plt, sns = _sns()
     fmts, rnds = list(dict.fromkeys(points.format)), list(dict.fromkeys(points.rounding))
-    fig, axes = plt.subplots(len(rnds), len(fmts), figsize=(5.5 * len(fmts), 2.8 * len(rnds)), squeeze=False,
-                             sharex=True, sharey="col")
+    fig, axes = plt.subplots(
+        len(rnds), len(fmts), figsize=(5.5 * len(fmts), 2.8 * len(rnds)), squeeze=False, sharex=True, sharey="col"
+    )
     colours = {"rne": "#4C72B0", "rtz": "#C44E52"}
     for i, r in enumerate(rnds):
         for j, f in enumerate(fmts):
             d = points[(points.format == f) & (points.rounding == r)]
             axes[i][j].scatter(d.x, d.err, s=3, alpha=0.5, color=colours.get(r, "#55A868"), linewidths=0)
             axes[i][j].axhline(0, color="#555", lw=0.8)
-            axes[i][j].set(title=f"{f}, {r}", xlabel="true value" if i == len(rnds) - 1 else "",
-                           ylabel="stored − true" if j == 0 else "")
+            axes[i][j].set(
+                title=f"{f}, {r}",
+                xlabel="true value" if i == len(rnds) - 1 else "",
+                ylabel="stored − true" if j == 0 else "",
+            )
     fig.tight_layout()
     return fig
 
@@ -143,5 +177,14 @@ def attention_error(attn: Any) -> Any:
     return fig
 
 
-__all__ = ["attention_error", "divergence_ecdf", "palette", "ppl_and_task", "roundtrip_by_layer",
-           "roundtrip_points", "top3_by_category", "teacher_by_position", "topk_overlap_curve"]
+__all__ = [
+    "attention_error",
+    "divergence_ecdf",
+    "palette",
+    "ppl_and_task",
+    "roundtrip_by_layer",
+    "roundtrip_points",
+    "top3_by_category",
+    "teacher_by_position",
+    "topk_overlap_curve",
+]

@@ -32,11 +32,25 @@ def capacity_bars(capacity: Any, search: Any = None) -> Any:
     x = np.arange(len(ok))
     ax.bar(x, ok.kv_capacity_tokens, color=[_color(d) for d in ok.kv_dtype])
     for i, r in enumerate(ok.itertuples()):
-        if r.predicted_blocks is not None and not (isinstance(r.predicted_blocks, float) and np.isnan(r.predicted_blocks)):
-            ax.hlines(r.predicted_blocks * r.block_size, i - 0.4, i + 0.4, color="black", lw=2,
-                      label="formula" if i == 0 else None)
-        ax.text(i, r.kv_capacity_tokens, f"{r.kv_capacity_tokens:,}\nx{r.ratio_vs_baseline:.2f}", ha="center",
-                va="bottom", fontsize="small")
+        if r.predicted_blocks is not None and not (
+            isinstance(r.predicted_blocks, float) and np.isnan(r.predicted_blocks)
+        ):
+            ax.hlines(
+                r.predicted_blocks * r.block_size,
+                i - 0.4,
+                i + 0.4,
+                color="black",
+                lw=2,
+                label="formula" if i == 0 else None,
+            )
+        ax.text(
+            i,
+            r.kv_capacity_tokens,
+            f"{r.kv_capacity_tokens:,}\nx{r.ratio_vs_baseline:.2f}",
+            ha="center",
+            va="bottom",
+            fontsize="small",
+        )
     ax.set_xticks(x, ok.kv_dtype)
     ax.set(ylabel="KV capacity (tokens)", title="Same KV budget, engine's block count")
     ax.margins(y=0.25)
@@ -46,14 +60,29 @@ def capacity_bars(capacity: Any, search: Any = None) -> Any:
         ax = axes[0, 1]
         s = search.reset_index(drop=True)
         w = 0.27
-        for j, (col, label, hatch) in enumerate((("measured", "measured", None), ("predicted", "formula", "//"),
-                                                 ("predicted_vllm", "vLLM block accounting", ".."))):
+        for j, (col, label, hatch) in enumerate(
+            (
+                ("measured", "measured", None),
+                ("predicted", "formula", "//"),
+                ("predicted_vllm", "vLLM block accounting", ".."),
+            )
+        ):
             vals = s[col].astype(float)
-            bars = ax.bar(np.arange(len(s)) + (j - 1) * w, vals, w, label=label, hatch=hatch,
-                          color=[_color(d) for d in s.kv_dtype], edgecolor="black", alpha=1.0 if j == 0 else 0.45)
+            bars = ax.bar(
+                np.arange(len(s)) + (j - 1) * w,
+                vals,
+                w,
+                label=label,
+                hatch=hatch,
+                color=[_color(d) for d in s.kv_dtype],
+                edgecolor="black",
+                alpha=1.0 if j == 0 else 0.45,
+            )
             ax.bar_label(bars, fmt="%d", fontsize="x-small", padding=1)
         ax.set_xticks(np.arange(len(s)), s.kv_dtype)
-        ax.set(ylabel="concurrent requests", title=f"Largest concurrency without preemption\n({s.capacity_shape.iloc[0]})")
+        ax.set(
+            ylabel="concurrent requests", title=f"Largest concurrency without preemption\n({s.capacity_shape.iloc[0]})"
+        )
         ax.legend(fontsize="x-small", loc="upper left")
         ax.margins(y=0.2)
     fig.tight_layout()
@@ -70,17 +99,28 @@ def throughput_vs_concurrency(tput: Any, column: str = "output_tok_s") -> Any:
         ax.plot(m.index, m.values, marker="o", color=_color(d), label=d)
         ax.scatter(g.concurrency, g[column], color=_color(d), alpha=0.4, s=18)
         pre = g[g.preemptions > 0]
-        ax.scatter(pre.concurrency, pre[column], facecolors="none", edgecolors="#C44E52", s=90, lw=1.5,
-                   label=f"{d}: preempted" if len(pre) else None)
+        ax.scatter(
+            pre.concurrency,
+            pre[column],
+            facecolors="none",
+            edgecolors="#C44E52",
+            s=90,
+            lw=1.5,
+            label=f"{d}: preempted" if len(pre) else None,
+        )
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="concurrency (requests in flight, closed loop)",
-           ylabel={"output_tok_s": "output tokens/s", "total_tok_s": "total tokens/s"}.get(column, column))
+    ax.set(
+        xlabel="concurrency (requests in flight, closed loop)",
+        ylabel={"output_tok_s": "output tokens/s", "total_tok_s": "total tokens/s"}.get(column, column),
+    )
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
 
-def latency_percentiles(lat: Any, metrics: tuple[str, ...] = ("ttft_ms", "tpot_ms"), stats: tuple[str, ...] = ("p50", "p99")) -> Any:
+def latency_percentiles(
+    lat: Any, metrics: tuple[str, ...] = ("ttft_ms", "tpot_ms"), stats: tuple[str, ...] = ("p50", "p99")
+) -> Any:
     """Bars of TTFT and TPOT (ms) per request class and dtype, one panel per metric and percentile."""
     plt, sns = _sns()
     fig, axes = plt.subplots(len(metrics), len(stats), figsize=(5 * len(stats), 3.2 * len(metrics)), squeeze=False)
@@ -118,8 +158,11 @@ def itl_cdf(itl: Any, by_class: bool = True) -> Any:
             x, f = ecdf(g.itl_ms)
             ax.step(x, f, where="post", color=_color(d), label=f"{d} (n={x.size})")
         _log_ms_axis(ax)
-        ax.set(xlabel="inter-token latency (ms)", ylabel="fraction of gaps" if c == classes[0] else "",
-               title=c or "all classes")
+        ax.set(
+            xlabel="inter-token latency (ms)",
+            ylabel="fraction of gaps" if c == classes[0] else "",
+            title=c or "all classes",
+        )
         ax.legend(fontsize="x-small", loc="lower right")
     fig.tight_layout()
     return fig
@@ -141,11 +184,20 @@ def delta_forest(deltas: Any) -> Any:
         c = colors.get(r.label, "black")
         lo = r.delta_pct - r.lo_pct if np.isfinite(r.lo_pct) else 0.0
         hi = r.hi_pct - r.delta_pct if np.isfinite(r.hi_pct) else 0.0
-        ax.errorbar(r.delta_pct, yi, xerr=[[lo], [hi]], fmt="o", color=c, capsize=3,
-                    mfc=c if getattr(r, "beyond_noise_floor", True) or r.label == "within noise" else "white")
+        ax.errorbar(
+            r.delta_pct,
+            yi,
+            xerr=[[lo], [hi]],
+            fmt="o",
+            color=c,
+            capsize=3,
+            mfc=c if getattr(r, "beyond_noise_floor", True) or r.label == "within noise" else "white",
+        )
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y, [f"{r.metric} ({r.kv_dtype})" for r in d.itertuples()], fontsize="small")
-    ax.set(xlabel=f"{d.kv_dtype.iloc[0]} vs {d.baseline.iloc[0]} (%), 95% t-interval over paired trials" if len(d) else "")
+    ax.set(
+        xlabel=f"{d.kv_dtype.iloc[0]} vs {d.baseline.iloc[0]} (%), 95% t-interval over paired trials" if len(d) else ""
+    )
     fig.tight_layout()
     return fig
 
@@ -163,13 +215,22 @@ def roofline(grid: Any, measured: Any, bandwidth_gbs: float) -> Any:
         col = cmap(k / max(1, len(batches) - 1))
         for j, d in enumerate(dtypes):
             g = grid[(grid.batch == b) & (grid.kv_dtype == d)].sort_values("context_len")
-            a1.plot(g.context_len, g.itl_bound_ms, color=col, ls="-" if j == 0 else "--", marker=".",
-                    label=f"batch {b}" if j == 0 else None)
+            a1.plot(
+                g.context_len,
+                g.itl_bound_ms,
+                color=col,
+                ls="-" if j == 0 else "--",
+                marker=".",
+                label=f"batch {b}" if j == 0 else None,
+            )
     a1.set_xscale("log", base=2)
     a1.set_yscale("log")
 
-    a1.set(xlabel="context length (tokens)", ylabel="ITL lower bound (ms)",
-           title=f"Bound at {bandwidth_gbs:.0f} GB/s (solid {dtypes[0]}, dashed {', '.join(dtypes[1:])})")
+    a1.set(
+        xlabel="context length (tokens)",
+        ylabel="ITL lower bound (ms)",
+        title=f"Bound at {bandwidth_gbs:.0f} GB/s (solid {dtypes[0]}, dashed {', '.join(dtypes[1:])})",
+    )
     a1.legend(fontsize="x-small")
     if len(measured):
         lo, hi = measured.kv_tokens.min(), measured.kv_tokens.max()
@@ -179,12 +240,22 @@ def roofline(grid: Any, measured: Any, bandwidth_gbs: float) -> Any:
             k = grid[grid.kv_dtype == d].kv_bytes_per_token.iloc[0]
             a2.plot(t, (w + t * k) / (bandwidth_gbs * 1e9) * 1e3, color=_color(d), label=f"{d} bound")
             m = measured[measured.kv_dtype == d]
-            a2.scatter(m.kv_tokens, m.itl_ms, color=_color(d), s=12 + 60 * m.n / measured.n.max(),
-                       label=f"{d} measured (median)", edgecolors="black", lw=0.4)
+            a2.scatter(
+                m.kv_tokens,
+                m.itl_ms,
+                color=_color(d),
+                s=12 + 60 * m.n / measured.n.max(),
+                label=f"{d} measured (median)",
+                edgecolors="black",
+                lw=0.4,
+            )
         a2.set_xscale("log")
         a2.set_yscale("log")
-        a2.set(xlabel="KV tokens read per decode step (sum of the batch's contexts)", ylabel="ITL (ms)",
-               title="Measured vs bound")
+        a2.set(
+            xlabel="KV tokens read per decode step (sum of the batch's contexts)",
+            ylabel="ITL (ms)",
+            title="Measured vs bound",
+        )
         a2.legend(fontsize="x-small")
     from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
@@ -207,12 +278,22 @@ def kv_usage_over_time(timeline: Any) -> Any:
     for p, g in first.groupby("phase", sort=False):
         ax.axvline(g.t_s.min() - t0, color="grey", lw=0.5)
         ax.text(g.t_s.min() - t0, 101, p, rotation=60, fontsize="xx-small", va="bottom")
-    ax.set(xlabel=f"seconds since the start of the first phase ({timeline.kv_dtype.iloc[0]} engine's phases marked)",
-           ylabel="KV cache used (%)", ylim=(0, 105))
+    ax.set(
+        xlabel=f"seconds since the start of the first phase ({timeline.kv_dtype.iloc[0]} engine's phases marked)",
+        ylabel="KV cache used (%)",
+        ylim=(0, 105),
+    )
     ax.legend(fontsize="small", loc="upper left")
     fig.tight_layout()
     return fig
 
 
-__all__ = ["capacity_bars", "delta_forest", "itl_cdf", "kv_usage_over_time", "latency_percentiles", "roofline",
-           "throughput_vs_concurrency"]
+__all__ = [
+    "capacity_bars",
+    "delta_forest",
+    "itl_cdf",
+    "kv_usage_over_time",
+    "latency_percentiles",
+    "roofline",
+    "throughput_vs_concurrency",
+]

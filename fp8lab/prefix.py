@@ -691,8 +691,15 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
         import pandas as pd
 
         err = f"not in the results store ({rd}); ${results.STORE_ONLY_ENV} is set, so no engine was started"
-        return PrefixRun(rd, desc, pd.DataFrame(), pd.DataFrame(),
-                         {d: {"status": "error", "error": err} for d in spec.kv_dtypes}, {}, False)
+        return PrefixRun(
+            rd,
+            desc,
+            pd.DataFrame(),
+            pd.DataFrame(),
+            {d: {"status": "error", "error": err} for d in spec.kv_dtypes},
+            {},
+            False,
+        )
     for d in spec.kv_dtypes:  # this machine's paths, before the worker starts (a stored spec is not checked)
         spec.engine_spec(d).check_paths()
     if force and rd.exists():

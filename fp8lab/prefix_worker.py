@@ -209,8 +209,11 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
     rows_path, corr_path, eng_path = out / "rows.jsonl", out / "correctness.jsonl", out / "engines.json"
     spec = px.PrefixSpec(**{**spec_d, "workloads": [px.Shape(**w) for w in spec_d["workloads"]]})
     prev = json.loads(eng_path.read_text()) if eng_path.exists() else {}
-    engines: dict[str, Any] = {"provenance": devices.provenance(seed=spec.seed), "engines": prev.get("engines", {}),
-                               "engine_core": devices.engine_core_layout()}
+    engines: dict[str, Any] = {
+        "provenance": devices.provenance(seed=spec.seed),
+        "engines": prev.get("engines", {}),
+        "engine_core": devices.engine_core_layout(),
+    }
 
     def save() -> None:
         tmp = eng_path.with_suffix(".tmp")
@@ -249,8 +252,13 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
         for d in group:
             sup = capability.kv_support(d, spec.model)
             if not sup.native:  # no engine this device cannot run natively (an emulated cache has auto's blocks)
-                engines["engines"][d] = {"status": "unsupported", "error": sup.reason, "not_started": True,
-                                         "kv_cache_dtype": d, "capability": sup.to_dict()}
+                engines["engines"][d] = {
+                    "status": "unsupported",
+                    "error": sup.reason,
+                    "not_started": True,
+                    "kv_cache_dtype": d,
+                    "capability": sup.to_dict(),
+                }
                 save()
                 continue
             before = log.stat().st_size if log.exists() else 0

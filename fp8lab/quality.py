@@ -131,7 +131,9 @@ def perplexity(logprobs: Sequence[float]) -> float:
     return float(np.exp(-a.mean())) if a.size else float("nan")
 
 
-def bootstrap_ci(stat: Any, n_items: int, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    stat: Any, n_items: int, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap ``(lo, hi)`` of ``stat(idx)``, a statistic of the items at indices ``idx``
     (resampled with replacement, seeded); pairing is kept by indexing every paired array with ``idx``."""
     if n_items == 0:
@@ -141,8 +143,9 @@ def bootstrap_ci(stat: Any, n_items: int, n_boot: int = 2000, alpha: float = 0.0
     return float(np.quantile(vals, alpha / 2)), float(np.quantile(vals, 1 - alpha / 2))
 
 
-def bootstrap_mean_ci(values: Sequence[float], n_boot: int = 2000, alpha: float = 0.05,
-                      seed: int = 0) -> tuple[float, float]:
+def bootstrap_mean_ci(
+    values: Sequence[float], n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap ``(lo, hi)`` of the mean of the finite ``values``."""
     a = np.asarray(list(values), dtype=np.float64)
     a = a[np.isfinite(a)]
@@ -189,8 +192,12 @@ def kv_configs(model: str, kv_dtypes: Sequence[str], scale_sets: Sequence[str] =
     for s in scale_sets:
         path = resolve_model(str(s))
         if kv_cache_scheme(path) is None:
-            raise SpecError("QualitySpec", "scale_sets", s,
-                            "model folders whose config.json has quantization_config.kv_cache_scheme (vllm-notes 4)")
+            raise SpecError(
+                "QualitySpec",
+                "scale_sets",
+                s,
+                "model folders whose config.json has quantization_config.kv_cache_scheme (vllm-notes 4)",
+            )
         check_kv_scales(path)  # NaN, inf, zero, negative or wrongly shaped scales fail here, not in the engine
         out.append(KVConfig(f"fp8+{Path(path).name}", path, "fp8"))
     labels = [c.label for c in out]
@@ -233,8 +240,9 @@ class QualitySpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", check_model_folder(self, "model", self.model))
         object.__setattr__(self, "tokenizer", check_tokenizer(self, self.tokenizer, self.model))
-        object.__setattr__(self, "prompts", check_file(self, "prompts", self.prompts,
-                                                       'a JSONL file of {"id", "category", "text"}'))
+        object.__setattr__(
+            self, "prompts", check_file(self, "prompts", self.prompts, 'a JSONL file of {"id", "category", "text"}')
+        )
         check_int(self, "max_prompts_per_category", self.max_prompts_per_category, 1, 100_000, optional=True)
         object.__setattr__(self, "kv_dtypes", tuple(self.kv_dtypes))
         object.__setattr__(self, "scale_sets", tuple(str(s) for s in self.scale_sets))
@@ -247,27 +255,48 @@ class QualitySpec:
         check_int(self, "task_items", self.task_items, 0, 100_000)
         check_int(self, "task_cue_tokens", self.task_cue_tokens, 1, 10_000)
         check_int(self, "task_answer_tokens", self.task_answer_tokens, 1, 10_000)
-        check_int(self, "task_context_tokens", self.task_context_tokens,
-                  self.task_cue_tokens + self.task_answer_tokens + 1, 1_000_000)
+        check_int(
+            self,
+            "task_context_tokens",
+            self.task_context_tokens,
+            self.task_cue_tokens + self.task_answer_tokens + 1,
+            1_000_000,
+        )
         check_float(self, "kv_cache_gib", self.kv_cache_gib, 0.0, 4096.0, lo_open=True, optional=True)
         check_int(self, "seed", self.seed, 0, 2**31 - 1)
         kv_configs(self.model, self.kv_dtypes, self.scale_sets)  # validates labels and scale sets
 
     #: Notebook parameter name -> field (the notebook's ``parameters`` cell uses these names).
-    PARAMS = {"MODEL": "model", "TOKENIZER": "tokenizer", "PROMPTS": "prompts",
-              "MAX_PROMPTS_PER_CATEGORY": "max_prompts_per_category", "KV_DTYPES": "kv_dtypes",
-              "SCALE_SETS": "scale_sets", "GEN_TOKENS": "gen_tokens", "TOP_K": "top_k", "PPL_WINDOWS": "ppl_windows",
-              "PPL_WINDOW_TOKENS": "ppl_window_tokens", "TASK_ITEMS": "task_items",
-              "TASK_CONTEXT_TOKENS": "task_context_tokens", "TASK_CUE_TOKENS": "task_cue_tokens",
-              "TASK_ANSWER_TOKENS": "task_answer_tokens", "KV_CACHE_GIB": "kv_cache_gib",
-              "MAX_MODEL_LEN": "max_model_len", "ATTENTION_BACKEND": "attention_backend", "SEED": "seed"}
+    PARAMS = {
+        "MODEL": "model",
+        "TOKENIZER": "tokenizer",
+        "PROMPTS": "prompts",
+        "MAX_PROMPTS_PER_CATEGORY": "max_prompts_per_category",
+        "KV_DTYPES": "kv_dtypes",
+        "SCALE_SETS": "scale_sets",
+        "GEN_TOKENS": "gen_tokens",
+        "TOP_K": "top_k",
+        "PPL_WINDOWS": "ppl_windows",
+        "PPL_WINDOW_TOKENS": "ppl_window_tokens",
+        "TASK_ITEMS": "task_items",
+        "TASK_CONTEXT_TOKENS": "task_context_tokens",
+        "TASK_CUE_TOKENS": "task_cue_tokens",
+        "TASK_ANSWER_TOKENS": "task_answer_tokens",
+        "KV_CACHE_GIB": "kv_cache_gib",
+        "MAX_MODEL_LEN": "max_model_len",
+        "ATTENTION_BACKEND": "attention_backend",
+        "SEED": "seed",
+    }
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> QualitySpec:
         """A spec from notebook parameters (``MODEL``, ``KV_DTYPES``, ... see :attr:`PARAMS`); other keys
         are ignored, missing ones take the field defaults. Lists become tuples."""
-        kw = {f: (tuple(params[n]) if isinstance(params[n], list) else params[n])
-              for n, f in cls.PARAMS.items() if n in params}
+        kw = {
+            f: (tuple(params[n]) if isinstance(params[n], list) else params[n])
+            for n, f in cls.PARAMS.items()
+            if n in params
+        }
         return cls(**kw)
 
     @property
@@ -280,9 +309,16 @@ class QualitySpec:
 
     def engine_spec(self, cfg: KVConfig) -> EngineSpec:
         """Token-id prompts only, so the engine never needs the tokenizer (``skip_tokenizer_init``)."""
-        return EngineSpec(model=cfg.model, kv_cache_dtype=cfg.kv_cache_dtype, kv_cache_gib=self.kv_cache_gib,
-                          max_model_len=self.max_model_len, skip_tokenizer_init=True, seed=self.seed,
-                          attention_backend=self.attention_backend, timeout_s=self.timeout_s)
+        return EngineSpec(
+            model=cfg.model,
+            kv_cache_dtype=cfg.kv_cache_dtype,
+            kv_cache_gib=self.kv_cache_gib,
+            max_model_len=self.max_model_len,
+            skip_tokenizer_init=True,
+            seed=self.seed,
+            attention_backend=self.attention_backend,
+            timeout_s=self.timeout_s,
+        )
 
 
 # ============================================================================ inputs
@@ -296,8 +332,9 @@ def load_prompt_set(path: str | Path, tokenizer: str, max_per_category: int | No
     """The prompt set as a DataFrame: ``id, category, text, token_ids, n_tokens`` (file order; at most
     ``max_per_category`` per category, the first ones)."""
     rows = []
-    for i, ln in enumerate(read_text("PromptSet", "path", path, 'a UTF-8 JSONL file of {"id", "category", "text"}')
-                           .splitlines()):
+    for i, ln in enumerate(
+        read_text("PromptSet", "path", path, 'a UTF-8 JSONL file of {"id", "category", "text"}').splitlines()
+    ):
         if ln.strip():
             try:
                 rows.append(json.loads(ln))
@@ -339,8 +376,9 @@ class CopyItem:
     depth: int
 
 
-def copy_task_items(tokenizer: str, n: int, context_tokens: int, cue_tokens: int, answer_tokens: int,
-                    offset: int = 0, seed: int = 0) -> list[CopyItem]:
+def copy_task_items(
+    tokenizer: str, n: int, context_tokens: int, cue_tokens: int, answer_tokens: int, offset: int = 0, seed: int = 0
+) -> list[CopyItem]:
     """``n`` items from held-out passages starting at token ``offset`` (after the perplexity windows).
     The cue's start is drawn uniformly (seeded) among spans that occur once in the passage, so the
     answer is well defined; a passage without such a span is skipped."""
@@ -352,7 +390,7 @@ def copy_task_items(tokenizer: str, n: int, context_tokens: int, cue_tokens: int
     while len(items) < n and i < 4 * n + 8:
         passage = text_prompt(tokenizer, context_tokens, offset=offset + i * context_tokens)
         i += 1
-        spans = [tuple(passage[j:j + cue_tokens]) for j in range(context_tokens - cue_tokens + 1)]
+        spans = [tuple(passage[j : j + cue_tokens]) for j in range(context_tokens - cue_tokens + 1)]
         counts: dict[tuple[int, ...], int] = {}
         for s in spans:
             counts[s] = counts.get(s, 0) + 1
@@ -360,45 +398,81 @@ def copy_task_items(tokenizer: str, n: int, context_tokens: int, cue_tokens: int
         if not starts:
             continue
         c = rng.choice(starts)
-        cue, ans = passage[c:c + cue_tokens], passage[c + cue_tokens:c + cue_tokens + answer_tokens]
-        items.append(CopyItem(f"copy-{len(items):03d}", tuple(passage) + tuple(cue), tuple(ans),
-                              depth=context_tokens - (c + cue_tokens) + cue_tokens))
+        cue, ans = passage[c : c + cue_tokens], passage[c + cue_tokens : c + cue_tokens + answer_tokens]
+        items.append(
+            CopyItem(
+                f"copy-{len(items):03d}",
+                tuple(passage) + tuple(cue),
+                tuple(ans),
+                depth=context_tokens - (c + cue_tokens) + cue_tokens,
+            )
+        )
     return items
 
 
 def greedy_phase(prompts: pd.DataFrame, spec: QualitySpec) -> Phase:
-    return Phase("greedy", tuple(Request(prompt_token_ids=ids, max_tokens=spec.gen_tokens, logprobs=spec.top_k,
-                                         cls=cat, tag=pid)
-                                 for pid, cat, ids in zip(prompts.id, prompts.category, prompts.token_ids, strict=True)))
+    return Phase(
+        "greedy",
+        tuple(
+            Request(prompt_token_ids=ids, max_tokens=spec.gen_tokens, logprobs=spec.top_k, cls=cat, tag=pid)
+            for pid, cat, ids in zip(prompts.id, prompts.category, prompts.token_ids, strict=True)
+        ),
+    )
 
 
 def teacher_phase(prompts: pd.DataFrame, continuations: Mapping[str, Sequence[int]], spec: QualitySpec) -> Phase:
     """Prompt + the baseline's continuation, scored in one prefill (``max_tokens=1``, ``prompt_logprobs``)."""
-    return Phase("teacher", tuple(
-        Request(prompt_token_ids=tuple(ids) + tuple(_ids(continuations[pid])), max_tokens=1,
-                prompt_logprobs=spec.top_k, cls=cat, tag=pid)
-        for pid, cat, ids in zip(prompts.id, prompts.category, prompts.token_ids, strict=True)))
+    return Phase(
+        "teacher",
+        tuple(
+            Request(
+                prompt_token_ids=tuple(ids) + tuple(_ids(continuations[pid])),
+                max_tokens=1,
+                prompt_logprobs=spec.top_k,
+                cls=cat,
+                tag=pid,
+            )
+            for pid, cat, ids in zip(prompts.id, prompts.category, prompts.token_ids, strict=True)
+        ),
+    )
 
 
 def ppl_phase(windows: Sequence[Sequence[int]]) -> Phase:
-    return Phase("ppl", tuple(Request(prompt_token_ids=tuple(w), max_tokens=1, prompt_logprobs=0, cls="ppl",
-                                      tag=f"w{i:03d}") for i, w in enumerate(windows)))
+    return Phase(
+        "ppl",
+        tuple(
+            Request(prompt_token_ids=tuple(w), max_tokens=1, prompt_logprobs=0, cls="ppl", tag=f"w{i:03d}")
+            for i, w in enumerate(windows)
+        ),
+    )
 
 
 def task_phase(items: Sequence[CopyItem]) -> Phase:
     """The copy task, greedy: generate exactly as many tokens as the answer has."""
-    return Phase("task", tuple(Request(prompt_token_ids=it.prompt, max_tokens=len(it.answer), cls="copy", tag=it.tag)
-                               for it in items))
+    return Phase(
+        "task",
+        tuple(Request(prompt_token_ids=it.prompt, max_tokens=len(it.answer), cls="copy", tag=it.tag) for it in items),
+    )
 
 
 def task_tf_phase(items: Sequence[CopyItem]) -> Phase:
     """The copy task, teacher-forced: prompt + answer scored in one prefill (top-1 and the answer's logprobs)."""
-    return Phase("task_tf", tuple(Request(prompt_token_ids=it.prompt + it.answer, max_tokens=1, prompt_logprobs=1,
-                                          cls="copy", tag=it.tag) for it in items))
+    return Phase(
+        "task_tf",
+        tuple(
+            Request(prompt_token_ids=it.prompt + it.answer, max_tokens=1, prompt_logprobs=1, cls="copy", tag=it.tag)
+            for it in items
+        ),
+    )
 
 
-def study_phases(spec: QualitySpec, prompts: pd.DataFrame, continuations: Mapping[str, Sequence[int]],
-                 windows: Sequence[Sequence[int]], task: Sequence[CopyItem]) -> list[Phase]:
+def study_phases(
+    spec: QualitySpec,
+    prompts: pd.DataFrame,
+    continuations: Mapping[str, Sequence[int]],
+    windows: Sequence[Sequence[int]],
+    task: Sequence[CopyItem],
+) -> list[Phase]:
     """The phases every measured KV config runs, in order: greedy, teacher, ppl (if windows), task and
     task_tf (if items). ``continuations``: the reference run's greedy tokens per prompt id."""
     phases = [greedy_phase(prompts, spec), teacher_phase(prompts, continuations, spec)]
@@ -439,15 +513,26 @@ class QualityRuns:
     def status_table(self) -> pd.DataFrame:
         """One row per engine run: label, dtype, model, status (a failure keeps its reason), timings."""
         rows = []
-        for lab, res in [("auto (reference)", self.reference)] + [(c.label, self.results[c.label]) for c in self.configs]:
+        for lab, res in [("auto (reference)", self.reference)] + [
+            (c.label, self.results[c.label]) for c in self.configs
+        ]:
             e = res.engine or {}
-            rows.append({"label": lab, "kv_cache_dtype": res.spec.kv_cache_dtype if res.spec else None,
-                         "model": Path(res.spec.model).name if res.spec else None, "status": res.status,
-                         "error": res.error, "engine_start_s": e.get("engine_start_s"),
-                         "run_wall_s": e.get("run_wall_s"), "num_blocks": e.get("num_blocks"),
-                         "cached": bool(res.extra.get("cached")), "run_dir": str(res.run_dir),
-                         # an emulated run's engine had an auto cache holding FP8-rounded K/V (fp8lab.fp8emu)
-                         "fp8_emulation": res.extra.get("emulated")})
+            rows.append(
+                {
+                    "label": lab,
+                    "kv_cache_dtype": res.spec.kv_cache_dtype if res.spec else None,
+                    "model": Path(res.spec.model).name if res.spec else None,
+                    "status": res.status,
+                    "error": res.error,
+                    "engine_start_s": e.get("engine_start_s"),
+                    "run_wall_s": e.get("run_wall_s"),
+                    "num_blocks": e.get("num_blocks"),
+                    "cached": bool(res.extra.get("cached")),
+                    "run_dir": str(res.run_dir),
+                    # an emulated run's engine had an auto cache holding FP8-rounded K/V (fp8lab.fp8emu)
+                    "fp8_emulation": res.extra.get("emulated"),
+                }
+            )
         return pd.DataFrame(rows)
 
 
@@ -465,12 +550,21 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
     configs = spec.configs
     prompts = load_prompt_set(spec.prompts, spec.tokenizer, spec.max_prompts_per_category)
     windows = ppl_windows(spec.tokenizer, spec.ppl_windows, spec.ppl_window_tokens)
-    task = copy_task_items(spec.tokenizer, spec.task_items, spec.task_context_tokens, spec.task_cue_tokens,
-                           spec.task_answer_tokens, offset=spec.ppl_windows * spec.ppl_window_tokens, seed=spec.seed)
+    task = copy_task_items(
+        spec.tokenizer,
+        spec.task_items,
+        spec.task_context_tokens,
+        spec.task_cue_tokens,
+        spec.task_answer_tokens,
+        offset=spec.ppl_windows * spec.ppl_window_tokens,
+        seed=spec.seed,
+    )
     greedy = greedy_phase(prompts, spec)
     t0 = time.perf_counter()
     ref = run_cached(spec.engine_spec(configs[0]), [greedy], study=study)
-    log(f"[reference auto] {ref.status} in {time.perf_counter() - t0:.0f} s{' (cached)' if ref.extra.get('cached') else ''}")
+    log(
+        f"[reference auto] {ref.status} in {time.perf_counter() - t0:.0f} s{' (cached)' if ref.extra.get('cached') else ''}"
+    )
     if not ref.ok:
         raise RuntimeError(f"the baseline (auto) failed: {ref.status}: {ref.error}")
     conts = {t: _ids(ids) for t, ids in zip(ref.records.tag, ref.records.output_token_ids, strict=True)}
@@ -485,16 +579,23 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
         sup = kv_support(cfg.kv_cache_dtype, cfg.model)
         if not sup.native and sup.emulated:  # no FP8 kernel here: the same engine, FP8-rounded K/V (fp8emu)
             cfg = KVConfig(fp8emu.emulated_label(cfg.label), cfg.model, cfg.kv_cache_dtype)
-            res = fp8emu.run_emulated(spec.engine_spec(cfg), phases, study=study, base_model=spec.model,
-                                      scale_set=cfg.model if cfg.model != spec.model else None)
+            res = fp8emu.run_emulated(
+                spec.engine_spec(cfg),
+                phases,
+                study=study,
+                base_model=spec.model,
+                scale_set=cfg.model if cfg.model != spec.model else None,
+            )
             emulated.append(cfg.label)
             reasons.append(sup.reason)
         else:
             res = run_cached(spec.engine_spec(cfg), phases, study=study)
         ran.append(cfg)
         results[cfg.label] = res
-        log(f"[{cfg.label}] {res.status} in {time.perf_counter() - t0:.0f} s"
-            f"{' (cached)' if res.extra.get('cached') else ''}{': ' + str(res.error) if not res.ok else ''}")
+        log(
+            f"[{cfg.label}] {res.status} in {time.perf_counter() - t0:.0f} s"
+            f"{' (cached)' if res.extra.get('cached') else ''}{': ' + str(res.error) if not res.ok else ''}"
+        )
     if not results[BASELINE].ok:
         raise RuntimeError(f"the baseline (auto) failed: {results[BASELINE].status}: {results[BASELINE].error}")
     notes = [emulation_note(emulated, reasons[0])] if emulated else []
@@ -515,14 +616,23 @@ def greedy_table(runs: QualityRuns) -> pd.DataFrame:
             ref_ids, ids = _ids(ref_rec.output_token_ids[pid]), _ids(rec.output_token_ids[pid])
             n = identical_prefix_len(ref_ids, ids)
             fd = first_divergence(ref_ids, ids)
-            d = np.abs(np.asarray(list(rec.output_token_logprobs[pid])[:n], dtype=float)
-                       - np.asarray(list(ref_rec.output_token_logprobs[pid])[:n], dtype=float))
-            rows.append({"label": lab, "prompt": pid, "category": cat,
-                         "top3_match": token_match_fraction(ref_ids, ids, REPORT_N_TOKENS),
-                         "prefix_len": n, "first_div": float("nan") if fd is None else fd,
-                         "first_div_censored": len(ref_ids) if fd is None else fd,
-                         "agreement": agreement_rate(ref_ids, ids),
-                         "max_abs_dlogprob": float(d.max()) if d.size else 0.0})
+            d = np.abs(
+                np.asarray(list(rec.output_token_logprobs[pid])[:n], dtype=float)
+                - np.asarray(list(ref_rec.output_token_logprobs[pid])[:n], dtype=float)
+            )
+            rows.append(
+                {
+                    "label": lab,
+                    "prompt": pid,
+                    "category": cat,
+                    "top3_match": token_match_fraction(ref_ids, ids, REPORT_N_TOKENS),
+                    "prefix_len": n,
+                    "first_div": float("nan") if fd is None else fd,
+                    "first_div_censored": len(ref_ids) if fd is None else fd,
+                    "agreement": agreement_rate(ref_ids, ids),
+                    "max_abs_dlogprob": float(d.max()) if d.size else 0.0,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -562,17 +672,27 @@ def teacher_table(runs: QualityRuns) -> pd.DataFrame:
                 q = dict(zip(_ids(ci[pos]), map(float, clp[pos]), strict=True))
                 tok = seqs[pid][pos]  # the actual token: both engines return its logprob, in the top-k or not
                 p[tok], q[tok] = float(bl[pos]), float(cl[pos])
-                row = {"label": lab, "prompt": pid, "category": cat, "pos": pos,
-                       "segment": "prompt" if pos < plen[pid] else "continuation",
-                       "abs_dlogprob": abs(float(cl[pos]) - float(bl[pos])), "kl": kl_topk(p, q)}
+                row = {
+                    "label": lab,
+                    "prompt": pid,
+                    "category": cat,
+                    "pos": pos,
+                    "segment": "prompt" if pos < plen[pid] else "continuation",
+                    "abs_dlogprob": abs(float(cl[pos]) - float(bl[pos])),
+                    "kl": kl_topk(p, q),
+                }
                 for k in range(1, k_max + 1):
                     row[f"top{k}"] = topk_overlap(bi[pos], ci[pos], k)
                 rows.append(row)
     return pd.DataFrame(rows)
 
 
-def by_position(teacher: pd.DataFrame, bin_tokens: int = 16, metrics: Sequence[str] = ("top1", "abs_dlogprob", "kl"),
-                min_prompts: int = 5) -> pd.DataFrame:
+def by_position(
+    teacher: pd.DataFrame,
+    bin_tokens: int = 16,
+    metrics: Sequence[str] = ("top1", "abs_dlogprob", "kl"),
+    min_prompts: int = 5,
+) -> pd.DataFrame:
     """Teacher-forced metrics averaged per label and context-position bin (``pos_bin`` = bin start);
     ``n`` positions and ``prompts`` contributing per bin; bins with fewer than ``min_prompts`` prompts
     (the tail that only the longest prompts reach) are dropped."""
@@ -600,8 +720,7 @@ def ppl_table(runs: QualityRuns) -> pd.DataFrame:
         for tag, lps in zip(rec.index, rec.prompt_token_logprobs, strict=True):
             a = np.asarray(list(lps), dtype=float)
             a = a[np.isfinite(a)]
-            rows.append({"label": lab, "window": tag, "n_tokens": a.size, "nll": float(-a.sum()),
-                         "ppl": perplexity(a)})
+            rows.append({"label": lab, "window": tag, "n_tokens": a.size, "nll": float(-a.sum()), "ppl": perplexity(a)})
     return pd.DataFrame(rows)
 
 
@@ -635,8 +754,9 @@ def task_table(runs: QualityRuns) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary_table(runs: QualityRuns, greedy: pd.DataFrame, teacher: pd.DataFrame, ppl: pd.DataFrame,
-                  task: pd.DataFrame) -> pd.DataFrame:
+def summary_table(
+    runs: QualityRuns, greedy: pd.DataFrame, teacher: pd.DataFrame, ppl: pd.DataFrame, task: pd.DataFrame
+) -> pd.DataFrame:
     """One row per label: the headline numbers (see the column names; ``tf_*`` are over the
     continuation positions; ``ci_*`` are 95% bootstrap intervals over prompts / items)."""
     rows = []
@@ -646,15 +766,23 @@ def summary_table(runs: QualityRuns, greedy: pd.DataFrame, teacher: pd.DataFrame
         row: dict[str, Any] = {"label": lab, "kv_cache_dtype": cfg.kv_cache_dtype, "status": res.status}
         if res.ok:
             g = greedy[greedy.label == lab]
-            row.update(top3_match=g.top3_match.mean(), top3_ci=bootstrap_mean_ci(g.top3_match, seed=runs.spec.seed),
-                       first_div_median=float(np.median(g.first_div_censored)),
-                       never_diverged=float(g.first_div.isna().mean()), prefix_len_mean=g.prefix_len.mean(),
-                       agreement=g.agreement.mean())
+            row.update(
+                top3_match=g.top3_match.mean(),
+                top3_ci=bootstrap_mean_ci(g.top3_match, seed=runs.spec.seed),
+                first_div_median=float(np.median(g.first_div_censored)),
+                never_diverged=float(g.first_div.isna().mean()),
+                prefix_len_mean=g.prefix_len.mean(),
+                agreement=g.agreement.mean(),
+            )
             t = teacher[(teacher.label == lab) & (teacher.segment == "continuation")] if len(teacher) else teacher
             if len(t):
-                row.update(tf_top1=t.top1.mean(), tf_topk=t[f"top{runs.spec.top_k}"].mean(),
-                           tf_abs_dlogprob=t.abs_dlogprob.mean(), tf_kl=t.kl.mean(),
-                           tf_abs_dlogprob_p99=float(t.abs_dlogprob.quantile(0.99)))
+                row.update(
+                    tf_top1=t.top1.mean(),
+                    tf_topk=t[f"top{runs.spec.top_k}"].mean(),
+                    tf_abs_dlogprob=t.abs_dlogprob.mean(),
+                    tf_kl=t.kl.mean(),
+                    tf_abs_dlogprob_p99=float(t.abs_dlogprob.quantile(0.99)),
+                )
             p = ppl[ppl.label == lab]
             if len(p):
                 row["ppl"] = math.exp(p.nll.sum() / p.n_tokens.sum())
@@ -662,8 +790,11 @@ def summary_table(runs: QualityRuns, greedy: pd.DataFrame, teacher: pd.DataFrame
                     base_ppl = row["ppl"]
             k = task[task.label == lab]
             if len(k):
-                row.update(task_acc=k.token_acc.mean(), task_exact=k.exact.mean(),
-                           task_ci=bootstrap_mean_ci(k.token_acc, seed=runs.spec.seed))
+                row.update(
+                    task_acc=k.token_acc.mean(),
+                    task_exact=k.exact.mean(),
+                    task_ci=bootstrap_mean_ci(k.token_acc, seed=runs.spec.seed),
+                )
                 if "tf_acc" in k:
                     row.update(task_tf_acc=k.tf_acc.mean(), task_answer_logprob=k.answer_logprob.mean())
         rows.append(row)
@@ -713,9 +844,14 @@ def _scale_for(name: Any, x: Any, fmt: Any, layer: int, tensor: str, set_scales:
     raise SpecError("roundtrip_table", "scales", name, "positive numbers or 'amax'")
 
 
-def roundtrip_table(capture: Any, formats: Sequence[str] = ("e4m3", "e5m2"), roundings: Sequence[str] = ("rne", "rtz"),
-                    scales: Sequence[Any] = (1.0, "amax"), scale_sets: Mapping[str, str] | None = None,
-                    tensors: Sequence[str] = ("K", "V", "Q")) -> pd.DataFrame:
+def roundtrip_table(
+    capture: Any,
+    formats: Sequence[str] = ("e4m3", "e5m2"),
+    roundings: Sequence[str] = ("rne", "rtz"),
+    scales: Sequence[Any] = (1.0, "amax"),
+    scale_sets: Mapping[str, str] | None = None,
+    tensors: Sequence[str] = ("K", "V", "Q"),
+) -> pd.DataFrame:
     """Round-trip the captured tensors through every format x rounding x scale: one row per
     (layer, tensor, format, rounding, scale) with :func:`fp8formats.error_stats` columns plus
     ``sq_err``/``sq_norm`` (for pooling over layers) and ``rtz_rne_differ`` (share of values where the
@@ -747,12 +883,22 @@ def roundtrip_table(capture: Any, formats: Sequence[str] = ("e4m3", "e5m2"), rou
                         y = enc[rnd] * torch.as_tensor(scale, dtype=torch.float32)
                         st = ff.error_stats(x, y, fmt, scale)
                         d = (y - x).double()
-                        rows.append({"layer": layer, "tensor": tensor, "format": fname, "rounding": rnd,
-                                     "scale": sname, "scale_value": float(torch.as_tensor(scale).float().mean()),
-                                     **st, "sq_err": float((d * d).sum()), "sq_norm": float((x.double() ** 2).sum())})
+                        rows.append(
+                            {
+                                "layer": layer,
+                                "tensor": tensor,
+                                "format": fname,
+                                "rounding": rnd,
+                                "scale": sname,
+                                "scale_value": float(torch.as_tensor(scale).float().mean()),
+                                **st,
+                                "sq_err": float((d * d).sum()),
+                                "sq_norm": float((x.double() ** 2).sum()),
+                            }
+                        )
                     if "rne" in enc and "rtz" in enc:
                         frac = float((enc["rne"] != enc["rtz"]).float().mean())
-                        for r in rows[-len(roundings):]:
+                        for r in rows[-len(roundings) :]:
                             r["rtz_rne_differ"] = frac
     return pd.DataFrame(rows)
 
@@ -762,8 +908,15 @@ def roundtrip_summary(rt: pd.DataFrame) -> pd.DataFrame:
     mean ``zero_frac``; one row per (tensor, format, rounding, scale)."""
     keys = ["tensor", "format", "rounding", "scale"]
     g = rt.groupby(keys, sort=False)
-    out = pd.DataFrame({"rel_err": np.sqrt(g.sq_err.sum() / g.sq_norm.sum()), "mag_bias": g.mag_bias.mean(),
-                        "zero_frac": g.zero_frac.mean(), "sat_frac": g.sat_frac.max(), "amax": g.amax.max()})
+    out = pd.DataFrame(
+        {
+            "rel_err": np.sqrt(g.sq_err.sum() / g.sq_norm.sum()),
+            "mag_bias": g.mag_bias.mean(),
+            "zero_frac": g.zero_frac.mean(),
+            "sat_frac": g.sat_frac.max(),
+            "amax": g.amax.max(),
+        }
+    )
     if "rtz_rne_differ" in rt:
         out["rtz_rne_differ"] = g.rtz_rne_differ.mean()
     return out.reset_index()
@@ -780,9 +933,16 @@ def capture_prompts(prompts: pd.DataFrame, n: int) -> list[tuple[int, ...]]:
     return out[:n]
 
 
-def roundtrip_points(capture: Any, layer: int = 0, tensor: str = "K", formats: Sequence[str] = ("e4m3", "e5m2"),
-                     roundings: Sequence[str] = ("rne", "rtz"), scale: float = 1.0, n: int = 4000,
-                     seed: int = 0) -> pd.DataFrame:
+def roundtrip_points(
+    capture: Any,
+    layer: int = 0,
+    tensor: str = "K",
+    formats: Sequence[str] = ("e4m3", "e5m2"),
+    roundings: Sequence[str] = ("rne", "rtz"),
+    scale: float = 1.0,
+    n: int = 4000,
+    seed: int = 0,
+) -> pd.DataFrame:
     """A seeded sample of ``n`` values of one captured tensor and their round-trip error, long format:
     ``format, rounding, x`` (true value), ``err`` (stored minus true), for :func:`plots_quality.roundtrip_points`."""
     import torch
@@ -814,8 +974,13 @@ def _attention(q: Any, k: Any, v: Any, scale: float) -> tuple[Any, Any]:
     return torch.einsum("hts,shd->thd", p, vv), p
 
 
-def attention_error_table(capture: Any, formats: Sequence[str] = ("e4m3",), roundings: Sequence[str] = ("rne", "rtz"),
-                          quantize_q: Sequence[bool] = (False, True), scale: float = 1.0) -> pd.DataFrame:
+def attention_error_table(
+    capture: Any,
+    formats: Sequence[str] = ("e4m3",),
+    roundings: Sequence[str] = ("rne", "rtz"),
+    quantize_q: Sequence[bool] = (False, True),
+    scale: float = 1.0,
+) -> pd.DataFrame:
     """What the round trip does to attention itself, layer by layer, on the captured Q/K/V.
 
     One row per (format, rounding, quantize_q, layer): ``out_rel_err`` = ||O_fp8 - O|| / ||O|| of the
@@ -827,7 +992,7 @@ def attention_error_table(capture: Any, formats: Sequence[str] = ("e4m3",), roun
 
     if not capture.queries:
         raise SpecError("attention_error_table", "capture", "no queries", "a capture made with with_queries=True")
-    sm = capture.head_dim ** -0.5
+    sm = capture.head_dim**-0.5
     bounds = np.cumsum([0] + list(capture.seq_lens))
     split = lambda t: [t[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]  # noqa: E731
     rows = []
@@ -843,16 +1008,25 @@ def attention_error_table(capture: Any, formats: Sequence[str] = ("e4m3",), roun
                     for q, k, v, (o_ref, p_ref) in zip(qs[qq], kq, vq, refs, strict=True):
                         o, p = _attention(q, k, v, sm)
                         num += float(((o - o_ref) ** 2).sum())
-                        den += float((o_ref ** 2).sum())
+                        den += float((o_ref**2).sum())
                         tv += float(0.5 * (p - p_ref).abs().sum(-1).sum())
                         n += p.shape[0] * p.shape[1]
-                    rows.append({"format": fname, "rounding": rnd, "quantize_q": qq, "layer": layer,
-                                 "out_rel_err": math.sqrt(num / den) if den else float("nan"), "prob_tv": tv / n})
+                    rows.append(
+                        {
+                            "format": fname,
+                            "rounding": rnd,
+                            "quantize_q": qq,
+                            "layer": layer,
+                            "out_rel_err": math.sqrt(num / den) if den else float("nan"),
+                            "prob_tv": tv / n,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
-def engine_roundtrip(rt_summary: pd.DataFrame, configs: Sequence[KVConfig], rounding: str,
-                     quantize_q: bool = False) -> pd.DataFrame:
+def engine_roundtrip(
+    rt_summary: pd.DataFrame, configs: Sequence[KVConfig], rounding: str, quantize_q: bool = False
+) -> pd.DataFrame:
     """The round-trip rows that match what each KV config's engine does to K and V: its format
     (``fp8``/``fp8_e4m3`` -> e4m3, ``fp8_e5m2`` -> e5m2), the engine's ``rounding`` and its scale
     (1.0 without a scale set: vLLM's default; a scale set's own scales otherwise); with
@@ -867,11 +1041,25 @@ def engine_roundtrip(rt_summary: pd.DataFrame, configs: Sequence[KVConfig], roun
         own = configured_label(c.label)  # an emulated config rounds K and V as its native twin would
         scale = "1.0" if not own.startswith("fp8+") else own
         fmt = (rt_summary.format == KV_DTYPE_FORMAT[c.kv_cache_dtype]) & (rt_summary.rounding == rounding)
-        sel = rt_summary[fmt & (((rt_summary.scale == scale) & rt_summary.tensor.isin(["K", "V"]))
-                                | ((rt_summary.scale == "1.0") & (rt_summary.tensor == "Q") & quantize_q))]
+        sel = rt_summary[
+            fmt
+            & (
+                ((rt_summary.scale == scale) & rt_summary.tensor.isin(["K", "V"]))
+                | ((rt_summary.scale == "1.0") & (rt_summary.tensor == "Q") & quantize_q)
+            )
+        ]
         for _, r in sel.iterrows():
-            rows.append({"label": c.label, "tensor": r.tensor, "format": r.format, "rounding": rounding,
-                         "scale": r.scale, "rel_err": r.rel_err, "mag_bias": r.mag_bias})
+            rows.append(
+                {
+                    "label": c.label,
+                    "tensor": r.tensor,
+                    "format": r.format,
+                    "rounding": rounding,
+                    "scale": r.scale,
+                    "rel_err": r.rel_err,
+                    "mag_bias": r.mag_bias,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -914,8 +1102,9 @@ def _ci(ci: Any, fmt: str) -> str:
     return f", 95% CI {format(ci[0], fmt)} to {format(ci[1], fmt)}{noise}"
 
 
-def verdict(summary: pd.DataFrame, rules: VerdictRules = VerdictRules(),
-            threshold: float = REPORT_THRESHOLD) -> dict[str, dict[str, Any]]:
+def verdict(
+    summary: pd.DataFrame, rules: VerdictRules = VerdictRules(), threshold: float = REPORT_THRESHOLD
+) -> dict[str, dict[str, Any]]:
     """Per candidate: ``level`` (negligible | small | material | failed, see :class:`VerdictRules`),
     ``report_protocol`` (pass | fail at ``threshold``) and a Markdown ``text`` quoting its numbers."""
     out: dict[str, dict[str, Any]] = {}
@@ -923,8 +1112,11 @@ def verdict(summary: pd.DataFrame, rules: VerdictRules = VerdictRules(),
         if lab == BASELINE:
             continue
         if r.status != "ok":
-            out[lab] = {"level": "failed", "report_protocol": "n/a", "text": f"**{lab}**: the engine did not run "
-                        f"(status `{r.status}`); nothing measured."}
+            out[lab] = {
+                "level": "failed",
+                "report_protocol": "n/a",
+                "text": f"**{lab}**: the engine did not run (status `{r.status}`); nothing measured.",
+            }
             continue
 
         def g(name: str, r: pd.Series = r) -> Any:
@@ -938,38 +1130,52 @@ def verdict(summary: pd.DataFrame, rules: VerdictRules = VerdictRules(),
         task_sig = not _finite_ci(task_ci) or task_ci[1] < 0
         if (dppl0 > rules.ppl_pct_bad and ppl_sig) or (drop0 > rules.task_drop_bad and task_sig):
             level = "material"
-        elif abs(dppl0) <= rules.ppl_pct_ok and drop0 <= rules.task_drop_ok and (
-                not math.isfinite(top1) or top1 >= rules.tf_top1_ok):
+        elif (
+            abs(dppl0) <= rules.ppl_pct_ok
+            and drop0 <= rules.task_drop_ok
+            and (not math.isfinite(top1) or top1 >= rules.tf_top1_ok)
+        ):
             level = "negligible"
         else:
             level = "small"
         rp = "pass" if g("top3_match") >= threshold else "fail"
         if g("never_diverged") >= 0.5:
-            div = (f"{_f(100 * g('never_diverged'), '.0f')}% of the greedy texts never diverge within the "
-                   f"generated tokens")
+            div = (
+                f"{_f(100 * g('never_diverged'), '.0f')}% of the greedy texts never diverge within the generated tokens"
+            )
         else:
-            div = (f"greedy texts first diverge at token {_f(g('first_div_median'), '.0f')} (median; "
-                   f"{_f(100 * g('never_diverged'), '.0f')}% never)")
-        text = (f"**{lab}** (`{r.kv_cache_dtype}`): reports' top-3 match {_f(g('top3_match'), '.2f')} "
-                f"({'≥' if rp == 'pass' else '<'} {threshold}: the reports' protocol would call it a "
-                f"{'pass' if rp == 'pass' else 'failed calibration'}); {div}. "
-                f"Teacher-forced: top-1 agreement {_f(top1)}, mean |Δlogprob| {_f(g('tf_abs_dlogprob'), '.4f')} nats, "
-                f"KL ≥ {_f(g('tf_kl'), '.2e')} nats/token. Perplexity {_f(g('ppl'), '.3f')} "
-                f"({'+' if dppl >= 0 else ''}{_f(dppl, '.2f')}%{_ci(ppl_ci, '.2f')}). Copy task: greedy accuracy "
-                f"{_f(g('task_acc'))} (Δ {_f(dtask, '+.3f')}{_ci(task_ci, '+.3f')}), teacher-forced accuracy "
-                f"{_f(g('task_tf_acc'))} (Δ {_f(g('delta_task_tf_acc'), '+.3f')}), answer logprob Δ "
-                f"{_f(g('delta_task_answer_logprob'), '+.4f')} nats{_ci(g('delta_task_answer_logprob_ci'), '+.4f')}. "
-                f"**Effect: {level}** (negligible: |Δppl| ≤ {rules.ppl_pct_ok}%, task drop ≤ {rules.task_drop_ok}, "
-                f"top-1 ≥ {rules.tf_top1_ok}; material: Δppl > {rules.ppl_pct_bad}% or task drop > "
-                f"{rules.task_drop_bad}, beyond noise).")
+            div = (
+                f"greedy texts first diverge at token {_f(g('first_div_median'), '.0f')} (median; "
+                f"{_f(100 * g('never_diverged'), '.0f')}% never)"
+            )
+        text = (
+            f"**{lab}** (`{r.kv_cache_dtype}`): reports' top-3 match {_f(g('top3_match'), '.2f')} "
+            f"({'≥' if rp == 'pass' else '<'} {threshold}: the reports' protocol would call it a "
+            f"{'pass' if rp == 'pass' else 'failed calibration'}); {div}. "
+            f"Teacher-forced: top-1 agreement {_f(top1)}, mean |Δlogprob| {_f(g('tf_abs_dlogprob'), '.4f')} nats, "
+            f"KL ≥ {_f(g('tf_kl'), '.2e')} nats/token. Perplexity {_f(g('ppl'), '.3f')} "
+            f"({'+' if dppl >= 0 else ''}{_f(dppl, '.2f')}%{_ci(ppl_ci, '.2f')}). Copy task: greedy accuracy "
+            f"{_f(g('task_acc'))} (Δ {_f(dtask, '+.3f')}{_ci(task_ci, '+.3f')}), teacher-forced accuracy "
+            f"{_f(g('task_tf_acc'))} (Δ {_f(g('delta_task_tf_acc'), '+.3f')}), answer logprob Δ "
+            f"{_f(g('delta_task_answer_logprob'), '+.4f')} nats{_ci(g('delta_task_answer_logprob_ci'), '+.4f')}. "
+            f"**Effect: {level}** (negligible: |Δppl| ≤ {rules.ppl_pct_ok}%, task drop ≤ {rules.task_drop_ok}, "
+            f"top-1 ≥ {rules.tf_top1_ok}; material: Δppl > {rules.ppl_pct_bad}% or task drop > "
+            f"{rules.task_drop_bad}, beyond noise)."
+        )
         out[lab] = {"level": level, "report_protocol": rp, "text": text}
     return out
 
 
-def headline(runs: QualityRuns, summary: pd.DataFrame, top3_cat: pd.DataFrame, greedy: pd.DataFrame,
-             rt_summary: pd.DataFrame | None = None, attn: pd.DataFrame | None = None,
-             verdicts: Mapping[str, Mapping[str, Any]] | None = None,
-             engine_rt: pd.DataFrame | None = None) -> dict[str, Any]:
+def headline(
+    runs: QualityRuns,
+    summary: pd.DataFrame,
+    top3_cat: pd.DataFrame,
+    greedy: pd.DataFrame,
+    rt_summary: pd.DataFrame | None = None,
+    attn: pd.DataFrame | None = None,
+    verdicts: Mapping[str, Mapping[str, Any]] | None = None,
+    engine_rt: pd.DataFrame | None = None,
+) -> dict[str, Any]:
     """The flat ``{key: number}`` dict a notebook passes to ``report.record_summary``.
 
     Keys: ``<label>.<metric>`` per KV config (``top3_match``, ``top3_match.<category>``,
@@ -979,16 +1185,37 @@ def headline(runs: QualityRuns, summary: pd.DataFrame, top3_cat: pd.DataFrame, g
     ``attn_sim.<format>.<rounding>.<q|noq>.out_rel_err``; ``<label>.kv_roundtrip.<K|V>.rel_err`` (the
     round trip this engine applies, from :func:`engine_roundtrip`).
     """
-    out: dict[str, Any] = {"baseline": BASELINE, "labels": [c.label for c in runs.configs],
-                           "n_prompts": len(runs.prompts), "categories": sorted(runs.prompts.category.unique()),
-                           "gen_tokens": runs.spec.gen_tokens, "report_threshold": REPORT_THRESHOLD,
-                           "model": Path(runs.spec.model).name}
+    out: dict[str, Any] = {
+        "baseline": BASELINE,
+        "labels": [c.label for c in runs.configs],
+        "n_prompts": len(runs.prompts),
+        "categories": sorted(runs.prompts.category.unique()),
+        "gen_tokens": runs.spec.gen_tokens,
+        "report_threshold": REPORT_THRESHOLD,
+        "model": Path(runs.spec.model).name,
+    }
     if runs.notes:
         out["not_measured"] = " ".join(runs.notes)
-    metrics = ["top3_match", "first_div_median", "never_diverged", "agreement", "tf_top1", "tf_topk",
-               "tf_abs_dlogprob", "tf_kl", "ppl", "delta_ppl", "delta_ppl_pct", "task_acc", "task_exact",
-               "delta_task_acc", "task_tf_acc", "delta_task_tf_acc", "task_answer_logprob",
-               "delta_task_answer_logprob"]
+    metrics = [
+        "top3_match",
+        "first_div_median",
+        "never_diverged",
+        "agreement",
+        "tf_top1",
+        "tf_topk",
+        "tf_abs_dlogprob",
+        "tf_kl",
+        "ppl",
+        "delta_ppl",
+        "delta_ppl_pct",
+        "task_acc",
+        "task_exact",
+        "delta_task_acc",
+        "task_tf_acc",
+        "delta_task_tf_acc",
+        "task_answer_logprob",
+        "delta_task_answer_logprob",
+    ]
     for lab, r in summary.iterrows():
         out[f"{lab}.status"] = r.status
         for m in metrics:
@@ -1023,10 +1250,47 @@ def headline(runs: QualityRuns, summary: pd.DataFrame, top3_cat: pd.DataFrame, g
 
 
 __all__ = [
-    "BASELINE", "REPORT_FINE_BAND", "REPORT_N_TOKENS", "REPORT_THRESHOLD", "CopyItem", "KVConfig", "QualityRuns",
-    "QualitySpec", "VerdictRules", "agreement_rate", "bootstrap_ci", "delta_ppl_pct", "capture_prompts", "roundtrip_points", "attention_error_table", "bootstrap_mean_ci", "by_position",
-    "copy_task_items", "engine_roundtrip", "first_divergence", "greedy_table", "headline", "identical_prefix_len", "kl_topk",
-    "kv_configs", "load_prompt_set", "perplexity", "ppl_by_label", "ppl_table", "ppl_windows", "roundtrip_summary", "roundtrip_table",
-    "run_quality", "study_phases", "summary_table", "task_table", "teacher_table", "token_match_fraction", "top3_by_category",
-    "topk_curve", "topk_overlap", "verdict", "verdict_markdown",
+    "BASELINE",
+    "REPORT_FINE_BAND",
+    "REPORT_N_TOKENS",
+    "REPORT_THRESHOLD",
+    "CopyItem",
+    "KVConfig",
+    "QualityRuns",
+    "QualitySpec",
+    "VerdictRules",
+    "agreement_rate",
+    "bootstrap_ci",
+    "delta_ppl_pct",
+    "capture_prompts",
+    "roundtrip_points",
+    "attention_error_table",
+    "bootstrap_mean_ci",
+    "by_position",
+    "copy_task_items",
+    "engine_roundtrip",
+    "first_divergence",
+    "greedy_table",
+    "headline",
+    "identical_prefix_len",
+    "kl_topk",
+    "kv_configs",
+    "load_prompt_set",
+    "perplexity",
+    "ppl_by_label",
+    "ppl_table",
+    "ppl_windows",
+    "roundtrip_summary",
+    "roundtrip_table",
+    "run_quality",
+    "study_phases",
+    "summary_table",
+    "task_table",
+    "teacher_table",
+    "token_match_fraction",
+    "top3_by_category",
+    "topk_curve",
+    "topk_overlap",
+    "verdict",
+    "verdict_markdown",
 ]

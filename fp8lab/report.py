@@ -71,7 +71,9 @@ def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Any]:
         at = f" (line {mark.line + 1}: {getattr(exc, 'problem', '')})" if mark is not None else f" ({exc})"
         raise SpecError("Profile", "file", str(path), "a UTF-8 YAML mapping of profile names" + at) from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise SpecError("Profile", "file", str(path), "a YAML mapping of profile name -> {description, params, notebooks}")
+        raise SpecError(
+            "Profile", "file", str(path), "a YAML mapping of profile name -> {description, params, notebooks}"
+        )
     for name, prof in data.items():
         for key in ("params", "notebooks"):
             if prof.get(key) is not None and not isinstance(prof[key], dict):
@@ -87,17 +89,30 @@ def _extended(name: str, data: dict[str, Any], seen: tuple[str, ...] = ()) -> di
     if base_name is None:
         return prof
     if base_name not in data or base_name == name:
-        raise SpecError("Profile", f"{name}.extends", base_name, "the name of another profile: " + " | ".join(
-            n for n in data if n != name))
+        raise SpecError(
+            "Profile",
+            f"{name}.extends",
+            base_name,
+            "the name of another profile: " + " | ".join(n for n in data if n != name),
+        )
     if base_name in seen:
-        raise SpecError("Profile", f"{name}.extends", base_name, "a chain without a cycle (" + " -> ".join(
-            (*seen, name, base_name)) + ")")
+        raise SpecError(
+            "Profile",
+            f"{name}.extends",
+            base_name,
+            "a chain without a cycle (" + " -> ".join((*seen, name, base_name)) + ")",
+        )
     base = _extended(base_name, data, (*seen, name))
     notebooks = {k: dict(v or {}) for k, v in (base.get("notebooks") or {}).items()}
     for nb, over in (prof.get("notebooks") or {}).items():
         notebooks[nb] = {**notebooks.get(nb, {}), **(over or {})}
-    return {**base, **prof, "params": {**(base.get("params") or {}), **(prof.get("params") or {})},
-            "notebooks": notebooks, "extends": base_name}
+    return {
+        **base,
+        **prof,
+        "params": {**(base.get("params") or {}), **(prof.get("params") or {})},
+        "notebooks": notebooks,
+        "extends": base_name,
+    }
 
 
 def load_profile(name: str, path: Path = PROFILES_FILE) -> dict[str, Any]:
@@ -121,8 +136,12 @@ def list_notebooks(names: Sequence[str] | None = None, nb_dir: Path = NOTEBOOKS_
             continue
         hits = [a for a in available if a.stem == p.stem or a.stem.startswith(p.stem)]
         if len(hits) != 1:
-            raise SpecError("RunSpec", "notebooks", n, "a notebook path or the (prefix of a) name of one of: "
-                            + ", ".join(a.stem for a in available))
+            raise SpecError(
+                "RunSpec",
+                "notebooks",
+                n,
+                "a notebook path or the (prefix of a) name of one of: " + ", ".join(a.stem for a in available),
+            )
         out.append(hits[0])
     return out
 
@@ -176,8 +195,12 @@ def parameters_for(notebook: Path, profile: dict[str, Any], overrides: dict[str,
     own = (profile.get("notebooks") or {}).get(notebook.stem, {}) or {}
     for k, v in own.items():
         if k not in declared:
-            raise SpecError("Profile", f"notebooks.{notebook.stem}.{k}", v,
-                            "not a parameter of that notebook; allowed: " + " | ".join(sorted(declared)))
+            raise SpecError(
+                "Profile",
+                f"notebooks.{notebook.stem}.{k}",
+                v,
+                "not a parameter of that notebook; allowed: " + " | ".join(sorted(declared)),
+            )
     merged = dict(profile.get("params", {}))
     merged.update(own)
     merged.update(overrides or {})
@@ -199,8 +222,13 @@ def check_overrides(notebooks: Sequence[Path], overrides: dict[str, Any] | None)
     declared = set().union(*(papermill.inspect_notebook(str(nb)) for nb in notebooks))
     for k, v in overrides.items():
         if k not in declared:
-            raise SpecError("RunSpec", k, v, f"not a parameter of {', '.join(nb.stem for nb in notebooks)}; allowed: "
-                            + " | ".join(sorted(declared)))
+            raise SpecError(
+                "RunSpec",
+                k,
+                v,
+                f"not a parameter of {', '.join(nb.stem for nb in notebooks)}; allowed: "
+                + " | ".join(sorted(declared)),
+            )
     for nb in notebooks:  # wrong kinds of value, before any notebook starts
         defaults = _defaults(nb)
         for k, v in overrides.items():
@@ -208,7 +236,9 @@ def check_overrides(notebooks: Sequence[Path], overrides: dict[str, Any] | None)
                 check_parameter_type("RunSpec", k, v, defaults[k])
 
 
-def resolved_parameters(notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def resolved_parameters(
+    notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Every parameter of the notebook as papermill runs it: the ``parameters`` cell's own values, then the
     profile's (:func:`parameters_for`), then ``overrides`` (for code that builds the notebook's specs itself)."""
     import ast
@@ -235,8 +265,11 @@ def ensure_kernel() -> str:
     base = runs_dir() / ".jupyter"
     kdir = base / "kernels" / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "fp8lab (this environment)", "language": "python"}
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "fp8lab (this environment)",
+        "language": "python",
+    }
     (kdir / "kernel.json").write_text(json.dumps(spec, indent=1))
     paths = [str(base)] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p and p != str(base)]
     os.environ["JUPYTER_PATH"] = os.pathsep.join(paths)
@@ -250,8 +283,9 @@ def export_html(ipynb: Path, html_path: Path) -> Path:
     return htmlexport.export_html(ipynb, html_path)
 
 
-def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress: bool = True,
-                 timeout_s: int | None = None) -> dict[str, Any]:
+def run_notebook(
+    notebook: Path, out_dir: Path, params: dict[str, Any], progress: bool = True, timeout_s: int | None = None
+) -> dict[str, Any]:
     """Execute one notebook with papermill, export its HTML; never raises for a failing notebook.
 
     Nothing already in ``out_dir`` is replaced unless this run succeeds: the notebook and its summary are
@@ -262,10 +296,16 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = notebook.stem
-    final_nb, final_html, final_summary = (out_dir / f"{stem}.ipynb", out_dir / f"{stem}.html",
-                                           out_dir / f"{stem}.summary.json")
-    out_nb, out_html, summary_path = (out_dir / f".{stem}.running.ipynb", out_dir / f".{stem}.running.html",
-                                      out_dir / f".{stem}.running.summary.json")
+    final_nb, final_html, final_summary = (
+        out_dir / f"{stem}.ipynb",
+        out_dir / f"{stem}.html",
+        out_dir / f"{stem}.summary.json",
+    )
+    out_nb, out_html, summary_path = (
+        out_dir / f".{stem}.running.ipynb",
+        out_dir / f".{stem}.running.html",
+        out_dir / f".{stem}.running.summary.json",
+    )
     for f in (out_nb, out_html, summary_path):
         f.unlink(missing_ok=True)
     entry: dict[str, Any] = {"notebook": stem, "parameters": params, "status": "ok", "error": None}
@@ -274,8 +314,11 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
     # and where each engine run it loads or runs notes its provenance (fp8lab.results.note_run)
     runs_log = out_dir / f".{stem}.runs.jsonl"
     runs_log.unlink(missing_ok=True)
-    env = {"FP8LAB_SUMMARY_PATH": str(summary_path), "FP8LAB_REPORT_DIR": str(out_dir.resolve()),
-           "FP8LAB_RUNS_LOG": str(runs_log.resolve())}
+    env = {
+        "FP8LAB_SUMMARY_PATH": str(summary_path),
+        "FP8LAB_REPORT_DIR": str(out_dir.resolve()),
+        "FP8LAB_RUNS_LOG": str(runs_log.resolve()),
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     t0 = time.perf_counter()
@@ -284,8 +327,15 @@ def run_notebook(notebook: Path, out_dir: Path, params: dict[str, Any], progress
     # a study this device cannot answer (no native FP8 KV kernel) runs reduced: it says what was not measured and why
     notebook = notebook_for(notebook, params, Path(tempfile.mkdtemp(prefix="fp8lab-degraded-")))
     try:
-        papermill.execute_notebook(str(notebook), str(out_nb), parameters=params, cwd=str(REPO_ROOT),
-                                   kernel_name=ensure_kernel(), progress_bar=progress, execution_timeout=timeout_s)
+        papermill.execute_notebook(
+            str(notebook),
+            str(out_nb),
+            parameters=params,
+            cwd=str(REPO_ROOT),
+            kernel_name=ensure_kernel(),
+            progress_bar=progress,
+            execution_timeout=timeout_s,
+        )
     except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
         entry["status"] = "failed"
         entry["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:2000]
@@ -343,14 +393,25 @@ def previous_entries(out_dir: Path, profile_name: str) -> dict[str, dict[str, An
         stem = f.name.removesuffix(".summary.json")
         if stem not in out:
             html_file = out_dir / f"{stem}.html"
-            out[stem] = {"notebook": stem, "status": "ok", "error": None, "wall_s": None, "from": "file",
-                         "html": html_file.name if html_file.is_file() else None,
-                         "summary": json.loads(f.read_text())}
+            out[stem] = {
+                "notebook": stem,
+                "status": "ok",
+                "error": None,
+                "wall_s": None,
+                "from": "file",
+                "html": html_file.name if html_file.is_file() else None,
+                "summary": json.loads(f.read_text()),
+            }
     return out
 
 
-def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | None = None,
-                overrides: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
+def run_profile(
+    profile_name: str,
+    out_dir: Path,
+    notebooks: Sequence[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Run notebooks on a profile into ``out_dir``: executed ``.ipynb``, ``.html``, ``index.html``, ``summary.json``
     (which also lists the notebooks an earlier run of the same profile left there: :func:`previous_entries`)."""
     from tqdm.auto import tqdm
@@ -379,8 +440,9 @@ def run_profile(profile_name: str, out_dir: Path, notebooks: Sequence[str] | Non
     return summary
 
 
-def _write_summary(out_dir: Path, profile_name: str, profile: dict[str, Any], prov: dict[str, Any],
-                   entries: list[dict[str, Any]]) -> dict[str, Any]:
+def _write_summary(
+    out_dir: Path, profile_name: str, profile: dict[str, Any], prov: dict[str, Any], entries: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Merge this call's ``entries`` into the folder's ``summary.json`` (a failed rerun keeps the last good
     entry, with a ``rerun_failed`` note) and rewrite it and ``index.html``."""
     merged = previous_entries(out_dir, profile_name)
@@ -412,21 +474,31 @@ def audit_html(rows: Sequence[dict[str, Any]], notebook_html: str | None = None)
     """The claims audit as an HTML table: claim, verdict, what was measured, links to the evidence."""
     body = []
     for r in rows:
-        links = " ".join(f'<a href="{html.escape(x["href"])}">{html.escape(x["label"])}</a>' for x in r.get("links") or [])
-        on = f'<br><small>{html.escape(r["on_what"])}</small>' if r.get("on_what") else ""
+        links = " ".join(
+            f'<a href="{html.escape(x["href"])}">{html.escape(x["label"])}</a>' for x in r.get("links") or []
+        )
+        on = f"<br><small>{html.escape(r['on_what'])}</small>" if r.get("on_what") else ""
         for label, key in (("setting", "setting"), ("smallest detectable effect", "detectable"), ("basis", "basis")):
             if r.get(key):
                 on += f"<br><small>{label}: {html.escape(str(r[key]))}</small>"
         verdict = str(r.get("verdict", ""))
-        body.append(f"<tr><td>{html.escape(str(r.get('id', '')))}</td><td>{html.escape(str(r.get('claim', '')))}"
-                    f"<br><small>{html.escape(str(r.get('source', '')))}</small></td>"
-                    f"<td class='v-{verdict.replace(' ', '-')}'>{html.escape(verdict)}</td>"
-                    f"<td>{html.escape(str(r.get('measured', '')))}{on}</td><td>{links}</td></tr>")
-    more = (f' Each verdict comes from a rule written next to it, over the recorded numbers: see '
-            f'<a href="{html.escape(notebook_html)}">the audit notebook</a>.' if notebook_html else "")
-    return (f"<h2>Claims audit</h2><p>What the field reports claimed, and what these records say.{more}</p>"
-            "<table class='audit'><tr><th>#</th><th>claim (source)</th><th>verdict</th><th>measured</th>"
-            f"<th>evidence</th></tr>{''.join(body)}</table>")
+        body.append(
+            f"<tr><td>{html.escape(str(r.get('id', '')))}</td><td>{html.escape(str(r.get('claim', '')))}"
+            f"<br><small>{html.escape(str(r.get('source', '')))}</small></td>"
+            f"<td class='v-{verdict.replace(' ', '-')}'>{html.escape(verdict)}</td>"
+            f"<td>{html.escape(str(r.get('measured', '')))}{on}</td><td>{links}</td></tr>"
+        )
+    more = (
+        f" Each verdict comes from a rule written next to it, over the recorded numbers: see "
+        f'<a href="{html.escape(notebook_html)}">the audit notebook</a>.'
+        if notebook_html
+        else ""
+    )
+    return (
+        f"<h2>Claims audit</h2><p>What the field reports claimed, and what these records say.{more}</p>"
+        "<table class='audit'><tr><th>#</th><th>claim (source)</th><th>verdict</th><th>measured</th>"
+        f"<th>evidence</th></tr>{''.join(body)}</table>"
+    )
 
 
 # ------------------------------------------------------------------------------------------------- index
@@ -480,8 +552,10 @@ def _ci(s: dict[str, Any], est: str, lo: str, hi: str, unit: str = "", digits: i
     u = f" {unit}" if unit else ""
     if _get(s, lo) is None or _get(s, hi) is None:
         return f"{fmt_number(_get(s, est), digits)}{u}"
-    return (f"{fmt_number(_get(s, est), digits)}{u} (95% CI {fmt_number(_get(s, lo), digits)} to "
-            f"{fmt_number(_get(s, hi), digits)})")
+    return (
+        f"{fmt_number(_get(s, est), digits)}{u} (95% CI {fmt_number(_get(s, lo), digits)} to "
+        f"{fmt_number(_get(s, hi), digits)})"
+    )
 
 
 def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
@@ -489,12 +563,20 @@ def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
     does not know get their first scalar numbers. Missing values are left out."""
     rows: list[tuple[str, str | None]] = []
     if stem.startswith("00_"):
-        rows.append(("KV per token, auto → fp8 (" + str(s.get("model", "")) + ")",
-                     _pair(s, "bytes_per_token.auto", "bytes_per_token.fp8", "B/token")))
+        rows.append(
+            (
+                "KV per token, auto → fp8 (" + str(s.get("model", "")) + ")",
+                _pair(s, "bytes_per_token.auto", "bytes_per_token.fp8", "B/token"),
+            )
+        )
         rec = s.get("records") or {}
         if rec.get("compared"):
-            rows.append(("engines on record whose block count the formula predicted exactly",
-                         f"{rec.get('exact')} of {rec.get('compared')} ({', '.join(rec.get('devices') or []) or 'device not recorded'})"))
+            rows.append(
+                (
+                    "engines on record whose block count the formula predicted exactly",
+                    f"{rec.get('exact')} of {rec.get('compared')} ({', '.join(rec.get('devices') or []) or 'device not recorded'})",
+                )
+            )
         if s.get("prediction_exact") is not None:
             rows.append(("engines started by this run: formula exact", fmt_number(s.get("prediction_exact"))))
         elif s.get("measured"):
@@ -502,12 +584,21 @@ def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
     elif stem.startswith("01_"):
         rows += [
             ("KV capacity, auto → fp8", _pair(s, "capacity_tokens_auto", "capacity_tokens_fp8", "tokens")),
-            ("fp8 vs auto output throughput at concurrency " + fmt_number(s.get("headline_concurrency")),
-             _ci(s, "throughput_delta_pct", "throughput_delta_lo_pct", "throughput_delta_hi_pct", "%")
-             + (f": {s['throughput_delta_label']}" if s.get("throughput_delta_label") and _get(s, "throughput_delta_pct") is not None else "")
-             if _get(s, "throughput_delta_pct") is not None else None),
-            ("noise floor (same config between trials)",
-             None if s.get("noise_floor_pct") is None else f"{fmt_number(s.get('noise_floor_pct'), 2)} %"),
+            (
+                "fp8 vs auto output throughput at concurrency " + fmt_number(s.get("headline_concurrency")),
+                _ci(s, "throughput_delta_pct", "throughput_delta_lo_pct", "throughput_delta_hi_pct", "%")
+                + (
+                    f": {s['throughput_delta_label']}"
+                    if s.get("throughput_delta_label") and _get(s, "throughput_delta_pct") is not None
+                    else ""
+                )
+                if _get(s, "throughput_delta_pct") is not None
+                else None,
+            ),
+            (
+                "noise floor (same config between trials)",
+                None if s.get("noise_floor_pct") is None else f"{fmt_number(s.get('noise_floor_pct'), 2)} %",
+            ),
             ("ITL p50, auto → fp8", _pair(s, "itl_p50_ms_auto", "itl_p50_ms_fp8", "ms")),
             ("peak device memory, auto → fp8", _pair(s, "mem_peak_gib_auto", "mem_peak_gib_fp8", "GiB", 4)),
             ("trials", fmt_number(s.get("trials")) if s.get("trials") is not None else None),
@@ -515,30 +606,50 @@ def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
     elif stem.startswith("02_"):
         rows += [
             ("the 32-token claim holds", fmt_number(s.get("claim.holds")) if "claim.holds" in s else None),
-            ("calibration tokens until per-head scales stay within the claim's threshold",
-             fmt_number(s.get("tokens_to_threshold.attn_head")) if "tokens_to_threshold.attn_head" in s else None),
-            ("largest |Δ logprob|, per-head vs per-tensor scales",
-             fmt_number(s.get("head_reduction.max_abs_dlogprob"), 2) if "head_reduction.max_abs_dlogprob" in s else None),
+            (
+                "calibration tokens until per-head scales stay within the claim's threshold",
+                fmt_number(s.get("tokens_to_threshold.attn_head")) if "tokens_to_threshold.attn_head" in s else None,
+            ),
+            (
+                "largest |Δ logprob|, per-head vs per-tensor scales",
+                fmt_number(s.get("head_reduction.max_abs_dlogprob"), 2)
+                if "head_reduction.max_abs_dlogprob" in s
+                else None,
+            ),
         ]
     elif stem.startswith("03_"):
         rows += [
-            ("fp8: top-3 token match (reports' protocol)", _ci(s, "fp8.top3_match", "fp8.top3_ci_lo", "fp8.top3_ci_hi")),
-            ("fp8: perplexity change", _ci(s, "fp8.delta_ppl_pct", "fp8.delta_ppl_pct_ci_lo", "fp8.delta_ppl_pct_ci_hi", "%")),
+            (
+                "fp8: top-3 token match (reports' protocol)",
+                _ci(s, "fp8.top3_match", "fp8.top3_ci_lo", "fp8.top3_ci_hi"),
+            ),
+            (
+                "fp8: perplexity change",
+                _ci(s, "fp8.delta_ppl_pct", "fp8.delta_ppl_pct_ci_lo", "fp8.delta_ppl_pct_ci_hi", "%"),
+            ),
             ("verdicts", ", ".join(f"{k.split('.')[0]}: {v}" for k, v in s.items() if k.endswith(".verdict")) or None),
             ("prompts", fmt_number(s.get("n_prompts")) if s.get("n_prompts") is not None else None),
         ]
     elif stem.startswith("04_"):
         rows += [
-            ("longest context the engine holds, auto → fp8",
-             _pair(s, "auto.longest_engine", "fp8.longest_engine", "tokens")),
+            (
+                "longest context the engine holds, auto → fp8",
+                _pair(s, "auto.longest_engine", "fp8.longest_engine", "tokens"),
+            ),
             ("KV budget", None if s.get("kv_cache_gib") is None else f"{fmt_number(s.get('kv_cache_gib'))} GiB"),
         ]
-        claims = {"claim.gains_grow": "claim: FP8's gains grow with context", "claim.oom": "claim: bf16 runs out of memory first",
-                  "claim.block256": "claim: block size 256 beats 16 at the longest length",
-                  "claim.silent": "claim: silent quality loss along the context",
-                  "claim.random_tokens": "random tokens vs real text"}
-        rows += [(claims.get(k, k.removeprefix("claim.")), str(v)) for k, v in s.items()
-                 if k.startswith("claim.") and isinstance(v, str)]
+        claims = {
+            "claim.gains_grow": "claim: FP8's gains grow with context",
+            "claim.oom": "claim: bf16 runs out of memory first",
+            "claim.block256": "claim: block size 256 beats 16 at the longest length",
+            "claim.silent": "claim: silent quality loss along the context",
+            "claim.random_tokens": "random tokens vs real text",
+        }
+        rows += [
+            (claims.get(k, k.removeprefix("claim.")), str(v))
+            for k, v in s.items()
+            if k.startswith("claim.") and isinstance(v, str)
+        ]
     elif stem.startswith("06_"):
         pts = [p for p in s.get("points") or [] if isinstance(p, dict)]
         if pts:
@@ -548,8 +659,12 @@ def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("grid points (batch x context) measured by both dtypes", fmt_number(n)))
             rows.append(("fp8 decode step faster / slower beyond noise", f"{faster} / {slower} of {n} points"))
         if s.get("min_detectable_pct") is not None:
-            rows.append(("smallest fp8/auto change these runs resolve (median 95% CI half-width)",
-                         f"{fmt_number(s['min_detectable_pct'], 2)} %"))
+            rows.append(
+                (
+                    "smallest fp8/auto change these runs resolve (median 95% CI half-width)",
+                    f"{fmt_number(s['min_detectable_pct'], 2)} %",
+                )
+            )
         if "capacity_exact" in s:
             rows.append(("KV blocks as the formula predicts", fmt_number(s["capacity_exact"])))
     elif stem.endswith("claims_audit"):
@@ -570,8 +685,12 @@ def runs_provenance(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return sorted({str(ln[k]) for ln in uniq if ln.get(k)})
 
     dates = sorted(str(ln["date_utc"])[:10] for ln in uniq if ln.get("date_utc"))
-    return {"n": len(uniq), "devices": values("device"), "vllm": values("vllm"),
-            "dates": [dates[0], dates[-1]] if dates else []}
+    return {
+        "n": len(uniq),
+        "devices": values("device"),
+        "vllm": values("vllm"),
+        "dates": [dates[0], dates[-1]] if dates else [],
+    }
 
 
 def _runs_line(e: dict[str, Any]) -> str:
@@ -579,8 +698,10 @@ def _runs_line(e: dict[str, Any]) -> str:
     if runs.get("n"):
         dates = runs.get("dates") or []
         when = (f", {dates[0]}" + (f" to {dates[1]}" if dates[1] != dates[0] else "")) if dates else ""
-        return (f"{runs['n']} engine run{'s' if runs['n'] != 1 else ''} on {', '.join(runs['devices']) or 'a device not recorded'}, "
-                f"vLLM {', '.join(runs['vllm']) or 'not recorded'}{when}")
+        return (
+            f"{runs['n']} engine run{'s' if runs['n'] != 1 else ''} on {', '.join(runs['devices']) or 'a device not recorded'}, "
+            f"vLLM {', '.join(runs['vllm']) or 'not recorded'}{when}"
+        )
     where = e.get("ran_on") or {}
     if where:
         what = "no engine run of its own; computed" if "runs" in e else "the notebook ran"
@@ -610,10 +731,15 @@ def headline_html(summary: dict[str, Any]) -> str:
         if isinstance(lines, str):
             lines = [lines]
         if lines:
-            return ("<section id='headline'><h2>Headline</h2><ul>" + "".join(f"<li>{html.escape(str(x))}</li>" for x in lines)
-                    + "</ul></section>")
-    return ("<section id='headline'><h2>Headline</h2><p>No headline recorded: the claims audit did not run in "
-            "this folder. Each study's verdict is linked below.</p></section>")
+            return (
+                "<section id='headline'><h2>Headline</h2><ul>"
+                + "".join(f"<li>{html.escape(str(x))}</li>" for x in lines)
+                + "</ul></section>"
+            )
+    return (
+        "<section id='headline'><h2>Headline</h2><p>No headline recorded: the claims audit did not run in "
+        "this folder. Each study's verdict is linked below.</p></section>"
+    )
 
 
 def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
@@ -626,29 +752,37 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         if s.get(AUDIT_ROWS_KEY) and not audit:
             audit = audit_html(s[AUDIT_ROWS_KEY], e.get("html"))
         title = html.escape(_title(out_dir, name))
-        head = (f'<a href="{html.escape(e["html"])}">{title}</a>' if e.get("html") else title)
+        head = f'<a href="{html.escape(e["html"])}">{title}</a>' if e.get("html") else title
         status = "" if e.get("status") == "ok" else f" <span class='failed'>{html.escape(str(e.get('status')))}</span>"
         err = f"<p class='failed'>{html.escape(e['error'])}</p>" if e.get("error") else ""
         if e.get("rerun_failed"):  # the last good result is shown; the failed rerun is linked
             fail = e["rerun_failed"]
             fl = f' (<a href="{html.escape(fail["failed_html"])}">failed run</a>)' if fail.get("failed_html") else ""
-            err += (f"<p class='failed'>Shown: the last good result; a later rerun failed and was not kept{fl}: "
-                    f"{html.escape(str(fail.get('error')))}</p>")
+            err += (
+                f"<p class='failed'>Shown: the last good result; a later rerun failed and was not kept{fl}: "
+                f"{html.escape(str(fail.get('error')))}</p>"
+            )
         if s.get("not_measured"):  # no native FP8 kernel here (fp8lab.capability)
             err += f"<p class='failed'>{html.escape(str(s['not_measured']))}</p>"
         where = e.get("ran_on") or {}
         dirty = " with uncommitted changes" if where.get("fp8lab_dirty") else ""
-        origin = (f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}{dirty}, "
-                  f"vLLM {where.get('vllm')}" if where else "provenance in its engines' records")
+        origin = (
+            f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}{dirty}, "
+            f"vLLM {where.get('vllm')}"
+            if where
+            else "provenance in its engines' records"
+        )
         kept = f" <small>(kept from {html.escape(e['from'])}: {html.escape(origin)})</small>" if e.get("from") else ""
         nums = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in key_numbers(name, s))
         links = [f'<a href="{html.escape(e["html"])}#verdict">verdict</a>'] if e.get("html") else []
         if (out_dir / f"{name}.summary.json").exists():
             links.append(f'<a href="{html.escape(name)}.summary.json">all {len(s)} recorded values (JSON)</a>')
-        blocks.append(f"<section class='study' id='{html.escape(name)}'><h3>{head}{status}</h3>{err}"
-                      f"<p class='prov'>Runs shown: {html.escape(_runs_line(e))}.{kept}</p>"
-                      + (f"<table class='nums'>{nums}</table>" if nums else "")
-                      + f"<p>{' · '.join(links)}</p></section>")
+        blocks.append(
+            f"<section class='study' id='{html.escape(name)}'><h3>{head}{status}</h3>{err}"
+            f"<p class='prov'>Runs shown: {html.escape(_runs_line(e))}.{kept}</p>"
+            + (f"<table class='nums'>{nums}</table>" if nums else "")
+            + f"<p>{' · '.join(links)}</p></section>"
+        )
     prov = summary.get("provenance", {})
     profile = html.escape(summary["profile"])
     page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
@@ -663,13 +797,13 @@ table.nums th{{font-weight:normal;color:#333;background:#f6f6f6}}
 .v-not-testable-here{{background:#e6e6e6}}.v-inconclusive{{background:#fbeccb}}table.audit td:nth-child(3){{font-weight:bold;white-space:nowrap}}</style></head><body>
 <h1>fp8lab report &mdash; profile <code>{profile}</code></h1>
 {headline_html(summary)}
-<p>{html.escape(summary.get('description', ''))}</p>
+<p>{html.escape(summary.get("description", ""))}</p>
 {audit}
 <h2>Studies</h2>
 <p><small>Each study names the device and vLLM of the engine runs it shows (from their provenance). This page was
-rendered {html.escape(str(summary.get('created_utc', '')))} by fp8lab {html.escape(str(prov.get('fp8lab_commit', ''))[:12])};
+rendered {html.escape(str(summary.get("created_utc", "")))} by fp8lab {html.escape(str(prov.get("fp8lab_commit", ""))[:12])};
 all numbers: <a href="summary.json">summary.json</a>.</small></p>
-{''.join(blocks)}
+{"".join(blocks)}
 </body></html>"""
     path = out_dir / "index.html"
     path.write_text(page, encoding="utf-8")
@@ -691,6 +825,7 @@ def compare_summaries(report_dirs: Sequence[str | Path], notebook: str, pattern:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no summary of {notebook} in {d}")
         flat = json.loads(path.read_text())
-        cols[Path(d).name] = {k: v for k, v in flat.items()
-                              if rx.search(k) and isinstance(v, int | float) and not isinstance(v, bool)}
+        cols[Path(d).name] = {
+            k: v for k, v in flat.items() if rx.search(k) and isinstance(v, int | float) and not isinstance(v, bool)
+        }
     return pd.DataFrame(cols).sort_index()

@@ -104,9 +104,16 @@ def run_descriptor(spec: EngineSpec, phases: Sequence[Phase], driver: str, sampl
         "driver": driver,
         "sample_interval_s": sample_interval_s,
         # "client" only when not the default, so runs stored before the field existed keep their hashes
-        "phases": [{"name": p.name, "concurrency": p.concurrency, "n_requests": len(p.requests),
-                    "requests_digest": _requests_digest(p.requests),
-                    **({"client": p.client} if p.client != "stream" else {})} for p in phases],
+        "phases": [
+            {
+                "name": p.name,
+                "concurrency": p.concurrency,
+                "n_requests": len(p.requests),
+                "requests_digest": _requests_digest(p.requests),
+                **({"client": p.client} if p.client != "stream" else {}),
+            }
+            for p in phases
+        ],
     }
 
 
@@ -137,9 +144,13 @@ def save(result: EngineResult, run_dir: Path, descriptor: dict[str, Any], log: P
         (tmp / "worker.log.tail").write_text(result.log_tail)
     if log is not None and log.exists():
         shutil.copy(log, tmp / "worker.log")
-    (tmp / "engine.json").write_text(json.dumps(
-        {"status": result.status, "error": result.error, "engine": result.engine, "phases": result.phases},
-        indent=2, default=_json_default))
+    (tmp / "engine.json").write_text(
+        json.dumps(
+            {"status": result.status, "error": result.error, "engine": result.engine, "phases": result.phases},
+            indent=2,
+            default=_json_default,
+        )
+    )
     old = run_dir.with_name(f".{run_dir.name}.old-{os.getpid()}")
     shutil.rmtree(old, ignore_errors=True)
     if run_dir.exists():
@@ -230,9 +241,17 @@ def from_store(spec: EngineSpec, run_dir: Path, descriptor: dict[str, Any] | Non
         return load(kept, spec)
     import pandas as pd
 
-    res = EngineResult(status="error", error=f"not in the results store ({run_dir}); ${STORE_ONLY_ENV} is set, so "
-                       "no engine was started", engine={}, records=pd.DataFrame(), samples=pd.DataFrame(),
-                       phases={}, provenance={}, spec=spec, run_dir=run_dir)
+    res = EngineResult(
+        status="error",
+        error=f"not in the results store ({run_dir}); ${STORE_ONLY_ENV} is set, so no engine was started",
+        engine={},
+        records=pd.DataFrame(),
+        samples=pd.DataFrame(),
+        phases={},
+        provenance={},
+        spec=spec,
+        run_dir=run_dir,
+    )
     note_run(run_dir, {}, res.status)
     return res
 
@@ -300,17 +319,30 @@ def load(run_dir: Path, spec: EngineSpec | None = None) -> EngineResult:
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
     note_run(run_dir, prov, meta["status"])
     return EngineResult(
-        status=meta["status"], error=meta.get("error"), engine=meta.get("engine", {}),
+        status=meta["status"],
+        error=meta.get("error"),
+        engine=meta.get("engine", {}),
         records=read_records(rec) if rec.exists() else pd.DataFrame(),
         samples=read_records(smp) if smp.exists() else pd.DataFrame(),
         phases=meta.get("phases", {}),
-        provenance=prov, spec=spec, run_dir=run_dir, extra={"cached": True},
+        provenance=prov,
+        spec=spec,
+        run_dir=run_dir,
+        extra={"cached": True},
     )
 
 
-def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (), *, study: str = "adhoc",
-               driver: Driver = "llm", sample_interval_s: float = 0.25, root: Path | None = None,
-               force: bool = False, env: dict[str, str] | None = None) -> EngineResult:
+def run_cached(
+    spec: EngineSpec,
+    phases: Sequence[Phase] | Sequence[Request] = (),
+    *,
+    study: str = "adhoc",
+    driver: Driver = "llm",
+    sample_interval_s: float = 0.25,
+    root: Path | None = None,
+    force: bool = False,
+    env: dict[str, str] | None = None,
+) -> EngineResult:
     """Run (or load, when already complete) one engine configuration and store it.
 
     The run directory is ``<root or $FP8LAB_RUNS or runs/>/<study>/<hash>``. A stored run with a
@@ -319,9 +351,11 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
     import multiprocessing as mp
 
     if getattr(mp.current_process(), "_inheriting", False):  # a spawned worker re-running an unguarded script
-        raise RuntimeError("run_cached was called while a spawned engine worker imported the calling script: guard "
-                           "the script's top-level code with `if __name__ == '__main__':` (multiprocessing's spawn "
-                           "re-imports it)")
+        raise RuntimeError(
+            "run_cached was called while a spawned engine worker imported the calling script: guard "
+            "the script's top-level code with `if __name__ == '__main__':` (multiprocessing's spawn "
+            "re-imports it)"
+        )
     phase_list = _as_phases(phases)
     desc = run_descriptor(spec, phase_list, driver, sample_interval_s)
     rd = run_dir_for(study, desc, root)
@@ -345,8 +379,7 @@ def run_cached(spec: EngineSpec, phases: Sequence[Phase] | Sequence[Request] = (
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
         work = rd.with_name(f".{rd.name}.work-{os.getpid()}")
-        res = run_engine(spec, phase_list, driver=driver, sample_interval_s=sample_interval_s, work_dir=work,
-                         env=env)
+        res = run_engine(spec, phase_list, driver=driver, sample_interval_s=sample_interval_s, work_dir=work, env=env)
         save(res, rd, desc, log=work / "worker.log")
         shutil.rmtree(work, ignore_errors=True)
     res.run_dir = rd
@@ -362,8 +395,15 @@ def collect(study: str, root: Path | None = None) -> Any:
     for rd in sorted(((root or runs_dir()) / study).glob("[!.]*/engine.json")):
         meta = json.loads(rd.read_text())
         spec = json.loads((rd.parent / "spec.json").read_text())
-        rows.append({"run_id": rd.parent.name, "status": meta["status"], "error": meta.get("error"),
-                     **{f"spec.{k}": v for k, v in spec["engine"].items()}, **meta.get("engine", {})})
+        rows.append(
+            {
+                "run_id": rd.parent.name,
+                "status": meta["status"],
+                "error": meta.get("error"),
+                **{f"spec.{k}": v for k, v in spec["engine"].items()},
+                **meta.get("engine", {}),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -388,12 +428,23 @@ def phase_table(study: str, root: Path | None = None) -> Any:
             ttft = percentiles(r.ttft_s.to_numpy(float) * 1e3) if "ttft_s" in r else {}
             tpot = percentiles(r.tpot_s.to_numpy(float) * 1e3) if "tpot_s" in r else {}
             tags = sorted(set(r.tag.dropna())) if "tag" in r else []
-            rows.append({"run_id": ej.parent.name, "kv_cache_dtype": (meta.get("engine") or {}).get("kv_cache_dtype"),
-                         "tag": ",".join(tags), "phase": phase, "status": meta["status"],
-                         "requests": ph.get("requests"), "prompt_tokens": ph.get("prompt_tokens"),
-                         "output_tokens": ph.get("output_tokens"), "wall_s": ph.get("wall_s"),
-                         "output_tok_s": throughput(0, ph.get("output_tokens") or 0, ph.get("wall_s") or 0)["output_tok_s"],
-                         "ttft_p50_ms": ttft.get("p50", np.nan), "ttft_p99_ms": ttft.get("p99", np.nan),
-                         "tpot_p50_ms": tpot.get("p50", np.nan), "tpot_p99_ms": tpot.get("p99", np.nan),
-                         "preemptions": ph.get("preemptions")})
+            rows.append(
+                {
+                    "run_id": ej.parent.name,
+                    "kv_cache_dtype": (meta.get("engine") or {}).get("kv_cache_dtype"),
+                    "tag": ",".join(tags),
+                    "phase": phase,
+                    "status": meta["status"],
+                    "requests": ph.get("requests"),
+                    "prompt_tokens": ph.get("prompt_tokens"),
+                    "output_tokens": ph.get("output_tokens"),
+                    "wall_s": ph.get("wall_s"),
+                    "output_tok_s": throughput(0, ph.get("output_tokens") or 0, ph.get("wall_s") or 0)["output_tok_s"],
+                    "ttft_p50_ms": ttft.get("p50", np.nan),
+                    "ttft_p99_ms": ttft.get("p99", np.nan),
+                    "tpot_p50_ms": tpot.get("p50", np.nan),
+                    "tpot_p99_ms": tpot.get("p99", np.nan),
+                    "preemptions": ph.get("preemptions"),
+                }
+            )
     return pd.DataFrame(rows)

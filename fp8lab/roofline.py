@@ -49,7 +49,9 @@ def step_bytes(weight_bytes: float, kv_tokens: float, kv_bytes_per_token: float)
     return float(weight_bytes) + float(kv_tokens) * float(kv_bytes_per_token)
 
 
-def itl_lower_bound(weight_bytes: float, kv_tokens: float, kv_bytes_per_token: float, bandwidth_bytes_s: float) -> float:
+def itl_lower_bound(
+    weight_bytes: float, kv_tokens: float, kv_bytes_per_token: float, bandwidth_bytes_s: float
+) -> float:
     """Seconds: ``(weight_bytes + kv_tokens x kv_bytes_per_token) / bandwidth_bytes_s``, where
     ``kv_tokens`` is the total context of the batch (``batch x context_len`` for equal sequences)."""
     if not bandwidth_bytes_s or bandwidth_bytes_s <= 0:
@@ -62,8 +64,15 @@ def fp8_speedup_bound(weight_bytes: float, kv_tokens: float, kv_bytes_auto: floa
     return step_bytes(weight_bytes, kv_tokens, kv_bytes_auto) / step_bytes(weight_bytes, kv_tokens, kv_bytes_fp8)
 
 
-def bound_grid(model: kvmath.LayoutLike, bandwidth_gbs: float, context_lens: Iterable[int], batch_sizes: Iterable[int],
-               kv_dtypes: Iterable[str] = ("auto", "fp8"), tp: int = 1, weight_dtype: str = "auto") -> list[dict[str, Any]]:
+def bound_grid(
+    model: kvmath.LayoutLike,
+    bandwidth_gbs: float,
+    context_lens: Iterable[int],
+    batch_sizes: Iterable[int],
+    kv_dtypes: Iterable[str] = ("auto", "fp8"),
+    tp: int = 1,
+    weight_dtype: str = "auto",
+) -> list[dict[str, Any]]:
     """One row per (kv_dtype, batch, context_len): ``kv_tokens = batch x context_len``, ``weight_bytes``,
     ``kv_bytes`` (the batch's KV read per step), ``step_bytes``, ``itl_bound_s`` and ``kv_share``
     (KV / step bytes), for ``bandwidth_gbs`` GB/s (1 GB = 1e9 bytes)."""
@@ -77,10 +86,22 @@ def bound_grid(model: kvmath.LayoutLike, bandwidth_gbs: float, context_lens: Ite
             for n in context_lens:
                 t = int(b) * int(n)
                 sb = step_bytes(w, t, k)
-                rows.append({"model": lay.name, "kv_dtype": dt, "batch": int(b), "context_len": int(n),
-                             "kv_tokens": t, "weight_bytes": w, "kv_bytes_per_token": k, "kv_bytes": t * k,
-                             "step_bytes": sb, "itl_bound_s": sb / bw, "kv_share": t * k / sb,
-                             "bandwidth_gbs": float(bandwidth_gbs)})
+                rows.append(
+                    {
+                        "model": lay.name,
+                        "kv_dtype": dt,
+                        "batch": int(b),
+                        "context_len": int(n),
+                        "kv_tokens": t,
+                        "weight_bytes": w,
+                        "kv_bytes_per_token": k,
+                        "kv_bytes": t * k,
+                        "step_bytes": sb,
+                        "itl_bound_s": sb / bw,
+                        "kv_share": t * k / sb,
+                        "bandwidth_gbs": float(bandwidth_gbs),
+                    }
+                )
     return rows
 
 

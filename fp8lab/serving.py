@@ -117,19 +117,27 @@ class ServingPlan:
         for d in self.kv_dtypes:
             check_choice(self, "kv_dtypes", d, KVDtype)
         if len(set(self.kv_dtypes)) < 2 or len(set(self.kv_dtypes)) != len(self.kv_dtypes):
-            raise SpecError("ServingPlan", "kv_dtypes", self.kv_dtypes,
-                            "at least two distinct kv dtypes; the first is the baseline, e.g. ['auto', 'fp8']")
+            raise SpecError(
+                "ServingPlan",
+                "kv_dtypes",
+                self.kv_dtypes,
+                "at least two distinct kv dtypes; the first is the baseline, e.g. ['auto', 'fp8']",
+            )
         setf("mix", parse_mix(self.mix))
         setf("concurrency", tuple(sorted(set(self.concurrency or ()))))
         for c in self.concurrency:
             check_int(self, "concurrency", c, 1, 100_000)
         check_int(self, "closed_loop_requests", self.closed_loop_requests, 1, 10_000_000)
-        setf("rates", tuple(float(r) if isinstance(r, int) and not isinstance(r, bool) else r for r in self.rates or ()))
+        setf(
+            "rates", tuple(float(r) if isinstance(r, int) and not isinstance(r, bool) else r for r in self.rates or ())
+        )
         for r in self.rates:
             check_float(self, "rates", r, 0.0, 1e6, lo_open=True)
         setf("arrivals", tuple(self.arrivals))
         if self.rates and not self.arrivals:
-            raise SpecError("ServingPlan", "arrivals", self.arrivals, "at least one of constant | poisson when rates are given")
+            raise SpecError(
+                "ServingPlan", "arrivals", self.arrivals, "at least one of constant | poisson when rates are given"
+            )
         for a in self.arrivals:
             check_choice(self, "arrivals", a, Arrival)
         check_int(self, "open_loop_requests", self.open_loop_requests, 2, 10_000_000)
@@ -150,8 +158,13 @@ class ServingPlan:
         for c in self.naive_concurrency:
             check_int(self, "naive_concurrency", c, 1, 100_000)
             if self.concurrency and c not in self.concurrency:
-                raise SpecError("ServingPlan", "naive_concurrency", c, f"a concurrency of the closed-loop sweep "
-                                f"{list(self.concurrency)} (the two methods are compared at the same points)")
+                raise SpecError(
+                    "ServingPlan",
+                    "naive_concurrency",
+                    c,
+                    f"a concurrency of the closed-loop sweep "
+                    f"{list(self.concurrency)} (the two methods are compared at the same points)",
+                )
         check_choice(self, "prompt_source", self.prompt_source, PromptSource)
         check_int(self, "seed", self.seed, 0, 2**31 - 1)
         if isinstance(self.phase_seconds, int) and not isinstance(self.phase_seconds, bool):
@@ -163,8 +176,12 @@ class ServingPlan:
             shapes.append(("capacity_shape", sum(self.capacity_shape)))
         for name, total in shapes:
             if limit is not None and total > limit:
-                raise SpecError("ServingPlan", f"mix[{name}]" if name != "capacity_shape" else name, total,
-                                f"input + output tokens at most engine.max_model_len = {limit}")
+                raise SpecError(
+                    "ServingPlan",
+                    f"mix[{name}]" if name != "capacity_shape" else name,
+                    total,
+                    f"input + output tokens at most engine.max_model_len = {limit}",
+                )
 
     @property
     def baseline(self) -> str:
@@ -191,8 +208,9 @@ def min_requests(plan: ServingPlan, concurrency: int) -> int:
     return max(plan.closed_loop_requests, 4 * concurrency)
 
 
-def paired_schedule(phase_names: dict[str, dict[int, Sequence[str]]], kv_dtypes: Sequence[str],
-                    trials: int) -> list[tuple[int, str, str]]:
+def paired_schedule(
+    phase_names: dict[str, dict[int, Sequence[str]]], kv_dtypes: Sequence[str], trials: int
+) -> list[tuple[int, str, str]]:
     """The run order of the paired design, ``[(trial, phase, kv_dtype), ...]``: within each trial, phase by
     phase, the dtypes alternate ``A B`` / ``B A`` by ``(trial + phase index) % 2`` (so each dtype goes first
     equally often, by phase and by trial; the index counts the measured phases, the warm-up runs ``A B``); a
@@ -228,8 +246,14 @@ def predicted_blocks(spec: EngineSpec, block_size: int | None = None) -> int | N
         return None
     bs = block_size or spec.block_size or default_block_size()
     # vLLM's hybrid KV-cache manager is on by default on GPU and off on CPU (matters for sliding-window models)
-    return kvmath.predict_num_blocks(spec.model, int(spec.kv_cache_gib * 2**30), bs, spec.kv_cache_dtype,
-                                     spec.tensor_parallel_size, hybrid_kv_cache_manager=_on_gpu())
+    return kvmath.predict_num_blocks(
+        spec.model,
+        int(spec.kv_cache_gib * 2**30),
+        bs,
+        spec.kv_cache_dtype,
+        spec.tensor_parallel_size,
+        hybrid_kv_cache_manager=_on_gpu(),
+    )
 
 
 def concurrency_limit(num_blocks: int, block_size: int, context_len: float) -> int:
@@ -262,8 +286,10 @@ def capacity_ladder(predicted: int, factors: Sequence[float]) -> tuple[int, ...]
 # Phases
 # --------------------------------------------------------------------------------------------------
 
-_PHASE_RE = re.compile(r"^(?:(?P<warm>warmup)|closed-c(?P<cc>\d+)|open-(?P<proc>constant|poisson)-(?P<rate>[\d.e+-]+)"
-                       r"|cap-c(?P<capc>\d+)|naive-c(?P<nc>\d+))$")
+_PHASE_RE = re.compile(
+    r"^(?:(?P<warm>warmup)|closed-c(?P<cc>\d+)|open-(?P<proc>constant|poisson)-(?P<rate>[\d.e+-]+)"
+    r"|cap-c(?P<capc>\d+)|naive-c(?P<nc>\d+))$"
+)
 
 
 def phase_meta(name: str) -> dict[str, Any]:
@@ -287,8 +313,9 @@ def _tagged(reqs: Sequence[Request], tag: str, **changes: Any) -> tuple[Request,
     return tuple(dataclasses.replace(r, tag=tag, **changes) for r in reqs)
 
 
-def build_phases(plan: ServingPlan, kv_dtype: str, trial: int, concurrency: Sequence[int],
-                 capacity_predicted: int | None) -> list[Phase]:
+def build_phases(
+    plan: ServingPlan, kv_dtype: str, trial: int, concurrency: Sequence[int], capacity_predicted: int | None
+) -> list[Phase]:
     """The phases one engine (``kv_dtype``, ``trial``) serves, in order: the warm-up in trial 0 only (the
     engine lives through all trials). Requests are drawn with fixed seeds, so every arm and trial gets the
     same ones; each is tagged ``trial<k>`` (which also gives every trial its own run directory in the
@@ -395,8 +422,11 @@ def _planned(plan: ServingPlan) -> tuple[tuple[int, ...], dict[str, int]]:
             return plan.concurrency or (1,), {}
         blocks[d] = (int(n), int(bs))
     conc = resolve_concurrency(plan, blocks)
-    cap = {d: concurrency_limit(n, bs, sum(plan.capacity_shape)) for d, (n, bs) in blocks.items()} \
-        if plan.capacity_shape is not None else {}
+    cap = (
+        {d: concurrency_limit(n, bs, sum(plan.capacity_shape)) for d, (n, bs) in blocks.items()}
+        if plan.capacity_shape is not None
+        else {}
+    )
     return conc, cap
 
 
@@ -410,14 +440,31 @@ def schedule_table(plan: ServingPlan) -> pd.DataFrame:
     rows = []
     for i, (t, name, d) in enumerate(paired_schedule(names, plan.kv_dtypes, plan.trials)):
         pay = phase_payload(plan, by_name[(t, name, d)], t)
-        rows.append({"order": i, "trial": t, "phase": name, "kv_dtype": d, "requests": len(pay["requests"]),
-                     "min_requests": pay.get("min_requests"), "min_seconds": pay.get("min_seconds")})
+        rows.append(
+            {
+                "order": i,
+                "trial": t,
+                "phase": name,
+                "kv_dtype": d,
+                "requests": len(pay["requests"]),
+                "min_requests": pay.get("min_requests"),
+                "min_seconds": pay.get("min_seconds"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def estimate_seconds(plan: ServingPlan, concurrency: Sequence[int] | None = None, *, engine_start_s: float | None = None,
-                     step_s: float = 0.02, overhead_s: float = 1.0, fidelity: tuple[int, int] | None = None,
-                     fidelity_run_s: float = 35.0, fidelity_start_s: float = 45.0) -> pd.DataFrame:
+def estimate_seconds(
+    plan: ServingPlan,
+    concurrency: Sequence[int] | None = None,
+    *,
+    engine_start_s: float | None = None,
+    step_s: float = 0.02,
+    overhead_s: float = 1.0,
+    fidelity: tuple[int, int] | None = None,
+    fidelity_run_s: float = 35.0,
+    fidelity_start_s: float = 45.0,
+) -> pd.DataFrame:
     """A time plan of the paired study before any engine starts: one row per part (``engine starts``,
     ``warm-up``, ``closed loop``, ``open loop``, ``capacity``, ``fidelity``) with ``seconds`` and how it was
     reckoned, then the ``total``. Assumptions (the arguments): each engine starts in ``engine_start_s`` (a
@@ -442,21 +489,32 @@ def estimate_seconds(plan: ServingPlan, concurrency: Sequence[int] | None = None
     if plan.capacity_shape is not None and plan.capacity_trials:
         cap = nd * n_cap * (2 * (plan.capacity_shape[1] * step_s + 2.0) + overhead_s) * plan.capacity_trials
     warm = nd * math.ceil(plan.warmup_requests / max(conc)) * wave if plan.warmup_requests else 0.0
-    rows = [("engine starts", nd * engine_start_s, f"{nd} engines x {engine_start_s:.0f} s, alive together"),
-            ("warm-up", warm, f"{plan.warmup_requests} requests per engine at c={max(conc)}"),
-            ("closed loop", nd * t * (closed + naive),
-             f"{nd} dtypes x {t} trials x {len(conc) + len(plan.naive_concurrency)} phases, streamed ones >= "
-             f"{plan.phase_seconds:g} s"),
-            ("open loop", nd * t * opened, f"{nd} dtypes x {t} trials x {len(plan.rates) * len(plan.arrivals)} phases"),
-            ("capacity", cap, f"{nd} ladders of {n_cap} phases")]
+    rows = [
+        ("engine starts", nd * engine_start_s, f"{nd} engines x {engine_start_s:.0f} s, alive together"),
+        ("warm-up", warm, f"{plan.warmup_requests} requests per engine at c={max(conc)}"),
+        (
+            "closed loop",
+            nd * t * (closed + naive),
+            f"{nd} dtypes x {t} trials x {len(conc) + len(plan.naive_concurrency)} phases, streamed ones >= "
+            f"{plan.phase_seconds:g} s",
+        ),
+        ("open loop", nd * t * opened, f"{nd} dtypes x {t} trials x {len(plan.rates) * len(plan.arrivals)} phases"),
+        ("capacity", cap, f"{nd} ladders of {n_cap} phases"),
+    ]
     if fidelity:
         r, k = fidelity
-        rows.append(("fidelity", r * k * (fidelity_start_s + fidelity_run_s),
-                     f"{r} rounds x {k} runs x ({fidelity_start_s:g} s start + {fidelity_run_s:g} s)"))
+        rows.append(
+            (
+                "fidelity",
+                r * k * (fidelity_start_s + fidelity_run_s),
+                f"{r} rounds x {k} runs x ({fidelity_start_s:g} s start + {fidelity_run_s:g} s)",
+            )
+        )
     df = pd.DataFrame(rows, columns=["part", "seconds", "reckoned"])
     total = df.seconds.sum()
-    df = pd.concat([df, pd.DataFrame([("total", total, f"{total / 60:.1f} minutes")], columns=df.columns)],
-                   ignore_index=True)
+    df = pd.concat(
+        [df, pd.DataFrame([("total", total, f"{total / 60:.1f} minutes")], columns=df.columns)], ignore_index=True
+    )
     df["seconds"] = df.seconds.round(0)
     return df
 
@@ -487,8 +545,11 @@ class _EngineProc:
         self.spec, self.log_path = spec, log_path
         ctx = worker_context()
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serving_worker.entry, name=f"fp8lab-serve-{spec.kv_cache_dtype}",
-                                args=(str(log_path), {}, spec.to_dict(), {"sample_interval_s": sample_interval_s}, child))
+        self.proc = ctx.Process(
+            target=serving_worker.entry,
+            name=f"fp8lab-serve-{spec.kv_cache_dtype}",
+            args=(str(log_path), {}, spec.to_dict(), {"sample_interval_s": sample_interval_s}, child),
+        )
         self.proc.start()
         child.close()
 
@@ -501,7 +562,10 @@ class _EngineProc:
             else:
                 msg = {"status": "timeout", "error": f"no answer within timeout_s = {timeout:.0f} s"}
         except (EOFError, OSError) as exc:
-            msg = {"status": "error", "error": f"engine process ended ({type(exc).__name__}, exit code {self.proc.exitcode})"}
+            msg = {
+                "status": "error",
+                "error": f"engine process ended ({type(exc).__name__}, exit code {self.proc.exitcode})",
+            }
         if msg.get("status") not in ("ok", "ready"):
             log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
             err = root_cause(log, msg.get("error")) if log else msg.get("error")
@@ -535,8 +599,14 @@ class _EngineProc:
             self.proc.kill()
 
 
-def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: dict[str, int],
-                progress: bool, engine_factory: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
+def _run_paired(
+    plan: ServingPlan,
+    study: str,
+    conc: tuple[int, ...],
+    cap_pred: dict[str, int],
+    progress: bool,
+    engine_factory: Callable[..., Any] | None = None,
+) -> list[dict[str, Any]]:
     """The paired design: both engines alive at once, phases interleaved by :func:`paired_schedule`. Each
     finished phase is kept at once (``<runs>/<study>/paired-<hash>/``), so a run cut short resumes with the
     phases it lacks; once every phase is in, each (trial, dtype) is saved as an ordinary run directory of the
@@ -551,15 +621,30 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
     phases = _plan_phases(plan, conc, cap_pred)
     names = {d: {t: [p.name for p in ps] for t, ps in by_t.items()} for d, by_t in phases.items()}
     sched = paired_schedule(names, plan.kv_dtypes, plan.trials)
-    design = {"design": "paired-interleaved", "plan": plan.to_dict(), "concurrency": list(conc),
-              "capacity_predicted": cap_pred}
-    descs = {(t, d): {**results.run_descriptor(plan.spec_for(d), phases[d][t], "async", 0.25),
-                      "paired": spec_hash(design), "trial": t} for d in plan.kv_dtypes for t in range(plan.trials)}
+    design = {
+        "design": "paired-interleaved",
+        "plan": plan.to_dict(),
+        "concurrency": list(conc),
+        "capacity_predicted": cap_pred,
+    }
+    descs = {
+        (t, d): {
+            **results.run_descriptor(plan.spec_for(d), phases[d][t], "async", 0.25),
+            "paired": spec_hash(design),
+            "trial": t,
+        }
+        for d in plan.kv_dtypes
+        for t in range(plan.trials)
+    }
     rdirs = {k: results.run_dir_for(study, v) for k, v in descs.items()}
-    if all((rd / "engine.json").exists() and json.loads((rd / "engine.json").read_text()).get("status") == "ok"
-           for rd in rdirs.values()):
-        out = [{"trial": t, "kv_dtype": d, "order": i, "result": results.load(rdirs[(t, d)], plan.spec_for(d))}
-               for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials))]
+    if all(
+        (rd / "engine.json").exists() and json.loads((rd / "engine.json").read_text()).get("status") == "ok"
+        for rd in rdirs.values()
+    ):
+        out = [
+            {"trial": t, "kv_dtype": d, "order": i, "result": results.load(rdirs[(t, d)], plan.spec_for(d))}
+            for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials))
+        ]
         if progress:
             print(f"paired study: {len(out)} stored trials loaded ({rdirs[(0, plan.baseline)].parent})", flush=True)
         return out
@@ -606,8 +691,11 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
                 engines[d] = {"status": msg["status"], "error": msg.get("error"), "engine": {}, "provenance": {}}
             (work / f"engine-{d}.json").write_text(json.dumps(engines[d], indent=2, default=str))
             if progress:
-                print(f"engine kv_cache_dtype={d}: {engines[d]['status']} in {time.perf_counter() - t:.0f} s"
-                      + (f" - {engines[d]['error']}" if engines[d]["status"] != "ok" else ""), flush=True)
+                print(
+                    f"engine kv_cache_dtype={d}: {engines[d]['status']} in {time.perf_counter() - t:.0f} s"
+                    + (f" - {engines[d]['error']}" if engines[d]["status"] != "ok" else ""),
+                    flush=True,
+                )
         by_name = {(t, p.name, d): p for d, by_t in phases.items() for t, ps in by_t.items() for p in ps}
         for i, key in enumerate(todo):
             t, name, d = key
@@ -621,15 +709,27 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
                 (work / f"engine-{d}.json").write_text(json.dumps(engines[d], indent=2, default=str))
                 procs.pop(d).stop()
                 if progress:
-                    print(f"[{i + 1}/{len(todo)}] trial {t} {name} {d}: {msg['status']} - {msg.get('error')}", flush=True)
+                    print(
+                        f"[{i + 1}/{len(todo)}] trial {t} {name} {d}: {msg['status']} - {msg.get('error')}", flush=True
+                    )
                 continue
-            _gz_json_write(ph_path(*key), {"rows": msg["rows"], "stats": {**msg["stats"], "took_s": took},
-                                           "samples": msg["samples"], "t_wall": time.time()})
+            _gz_json_write(
+                ph_path(*key),
+                {
+                    "rows": msg["rows"],
+                    "stats": {**msg["stats"], "took_s": took},
+                    "samples": msg["samples"],
+                    "t_wall": time.time(),
+                },
+            )
             if progress:
                 st = msg["stats"]
-                print(f"[{i + 1}/{len(todo)}] trial {t} {name} {d}: {st['requests']} requests, "
-                      f"{st['output_tokens'] / max(st['wall_s'], 1e-9):.0f} output tok/s over {st['wall_s']:.1f} s "
-                      f"({took:.0f} s, {time.perf_counter() - t_all:.0f} s so far)", flush=True)
+                print(
+                    f"[{i + 1}/{len(todo)}] trial {t} {name} {d}: {st['requests']} requests, "
+                    f"{st['output_tokens'] / max(st['wall_s'], 1e-9):.0f} output tok/s over {st['wall_s']:.1f} s "
+                    f"({took:.0f} s, {time.perf_counter() - t_all:.0f} s so far)",
+                    flush=True,
+                )
     finally:
         for p in procs.values():
             p.stop()
@@ -656,11 +756,22 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
         mems = [s["mem_bytes"] for s in samples if s.get("mem_bytes") is not None]
         facts["mem_peak_bytes"] = max(mems) if mems else facts.get("mem_after_start_bytes")
         facts["mem_steady_bytes"] = float(np.median(mems)) if mems else facts.get("mem_after_start_bytes")
-        status = "ok" if not missing and eng["status"] == "ok" else (eng["status"] if eng["status"] != "ok" else "error")
+        status = (
+            "ok" if not missing and eng["status"] == "ok" else (eng["status"] if eng["status"] != "ok" else "error")
+        )
         error = None if status == "ok" else (eng.get("error") or f"phases not run: {', '.join(missing)}")
-        res = EngineResult(status=status, error=error, engine=facts, records=pd_.DataFrame(recs),
-                           samples=pd_.DataFrame(samples), phases=stats, provenance=eng.get("provenance") or {},
-                           spec=plan.spec_for(d), log_tail="", run_dir=rdirs[(t, d)])
+        res = EngineResult(
+            status=status,
+            error=error,
+            engine=facts,
+            records=pd_.DataFrame(recs),
+            samples=pd_.DataFrame(samples),
+            phases=stats,
+            provenance=eng.get("provenance") or {},
+            spec=plan.spec_for(d),
+            log_tail="",
+            run_dir=rdirs[(t, d)],
+        )
         complete &= status == "ok"
         out.append({"trial": t, "kv_dtype": d, "order": i, "result": res})
     if complete:  # every phase in: the ordinary store keeps them, the progress folder goes
@@ -676,8 +787,13 @@ def _run_paired(plan: ServingPlan, study: str, conc: tuple[int, ...], cap_pred: 
     return out
 
 
-def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] | None = None,
-              progress: bool = True, engine_factory: Callable[..., Any] | None = None) -> ServingResult:
+def run_study(
+    plan: ServingPlan,
+    study: str = STUDY,
+    runner: Callable[..., Any] | None = None,
+    progress: bool = True,
+    engine_factory: Callable[..., Any] | None = None,
+) -> ServingResult:
     """Run (or load) the paired study: one engine per kv dtype, both alive at once, phases interleaved by
     :func:`paired_schedule` (:func:`_run_paired`), and collect the tidy frames.
 
@@ -695,8 +811,11 @@ def run_study(plan: ServingPlan, study: str = STUDY, runner: Callable[..., Any] 
         cap_pred = {d: concurrency_limit(n, bs, sum(plan.capacity_shape)) for d, (n, bs) in blocks.items()}
     if progress:
         est = estimate_seconds(plan, conc)
-        print(f"plan: {len(plan.kv_dtypes)} engines alive together, {plan.trials} trials, closed loop at c={list(conc)}, "
-              f"estimate {est.seconds.iloc[-1] / 60:.1f} min", flush=True)
+        print(
+            f"plan: {len(plan.kv_dtypes)} engines alive together, {plan.trials} trials, closed loop at c={list(conc)}, "
+            f"estimate {est.seconds.iloc[-1] / 60:.1f} min",
+            flush=True,
+        )
     runs = _run_paired(plan, study, conc, cap_pred, progress, engine_factory)
     attribute_shared_memory(runs)
     out = ServingResult(plan=plan, runs=runs, concurrency=conc, blocks=blocks)
@@ -714,8 +833,13 @@ def attribute_shared_memory(runs: list[dict[str, Any]]) -> None:
     engine started (an upper bound: that growth is counted to each engine). Engines measured alone, or
     on CPU (each engine's own resident memory), are left as they are."""
     facts = [r["result"].engine for r in runs if r["result"].engine]
-    gpu = [f for f in facts if f.get("mem_kind") == "gpu"
-           and f.get("mem_after_start_bytes") is not None and f.get("mem_baseline_bytes") is not None]
+    gpu = [
+        f
+        for f in facts
+        if f.get("mem_kind") == "gpu"
+        and f.get("mem_after_start_bytes") is not None
+        and f.get("mem_baseline_bytes") is not None
+    ]
     if len({r["kv_dtype"] for r in runs}) < 2 or len(gpu) < 2 or any(f.get("mem_shared_device") for f in gpu):
         return
     all_started = max(float(f["mem_after_start_bytes"]) for f in gpu)
@@ -734,8 +858,15 @@ def _collect(res: ServingResult) -> None:
     recs, phases, engines, samples = [], [], [], []
     for run in res.runs:
         r, key = run["result"], {"kv_dtype": run["kv_dtype"], "trial": run["trial"], "order": run["order"]}
-        engines.append({**key, "status": r.status, "error": r.error, "run_dir": str(r.run_dir or ""),
-                        **{k: v for k, v in (r.engine or {}).items() if not isinstance(v, (list, dict))}})
+        engines.append(
+            {
+                **key,
+                "status": r.status,
+                "error": r.error,
+                "run_dir": str(r.run_dir or ""),
+                **{k: v for k, v in (r.engine or {}).items() if not isinstance(v, (list, dict))},
+            }
+        )
         if len(r.records):
             df = r.records.copy()
             for k, v in key.items():
@@ -762,15 +893,18 @@ def _collect(res: ServingResult) -> None:
         if len(rec):
             key = ["kv_dtype", "trial", "phase"]
             g = rec.groupby(key)
-            extra = pd.DataFrame({
-                "achieved_rate": g["sent_s"].apply(metrics.achieved_rate) if "sent_s" in rec else np.nan,
-                "request_preemptions": g["num_preemptions"].sum() if "num_preemptions" in rec else np.nan,
-                "completed": g.apply(lambda d: int((d.finish_reason == "length").sum()), include_groups=False),
-                "merged_deltas": g["merged_deltas"].sum() if "merged_deltas" in rec else np.nan,
-            }).reset_index()
+            extra = pd.DataFrame(
+                {
+                    "achieved_rate": g["sent_s"].apply(metrics.achieved_rate) if "sent_s" in rec else np.nan,
+                    "request_preemptions": g["num_preemptions"].sum() if "num_preemptions" in rec else np.nan,
+                    "completed": g.apply(lambda d: int((d.finish_reason == "length").sum()), include_groups=False),
+                    "merged_deltas": g["merged_deltas"].sum() if "merged_deltas" in rec else np.nan,
+                }
+            ).reset_index()
             ph = ph.merge(extra, on=key, how="left")
-        ph["preemptions_any"] = ph[["preemptions", "request_preemptions"]].max(axis=1) if "request_preemptions" in ph \
-            else ph["preemptions"]
+        ph["preemptions_any"] = (
+            ph[["preemptions", "request_preemptions"]].max(axis=1) if "request_preemptions" in ph else ph["preemptions"]
+        )
     res.phases = ph
 
 
@@ -779,8 +913,18 @@ def _collect(res: ServingResult) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-ENGINE_COLUMNS = ["order", "trial", "kv_dtype", "status", "error", "engine_start_s", "run_wall_s", "num_blocks",
-                  "block_size", "kv_capacity_tokens"]
+ENGINE_COLUMNS = [
+    "order",
+    "trial",
+    "kv_dtype",
+    "status",
+    "error",
+    "engine_start_s",
+    "run_wall_s",
+    "num_blocks",
+    "block_size",
+    "kv_capacity_tokens",
+]
 
 
 def engine_table(res: ServingResult) -> pd.DataFrame:
@@ -823,21 +967,39 @@ def capacity_table(res: ServingResult) -> pd.DataFrame:
         pred = None
         if budget is not None and not (isinstance(budget, float) and math.isnan(budget)):
             hybrid = bool(r.get("hybrid_kv_cache_manager", r.get("mem_kind", "gpu") == "gpu"))
-            pred = int(kvmath.predict_num_blocks(res.plan.engine.model, int(budget), int(r.block_size), d,
-                                                 res.plan.engine.tensor_parallel_size, hybrid_kv_cache_manager=hybrid))
-        rows.append({"kv_dtype": d, "status": "ok", "num_blocks": int(r.num_blocks), "block_size": int(r.block_size),
-                     "kv_capacity_tokens": int(r.kv_capacity_tokens), "predicted_blocks": pred,
-                     "kv_budget_gib": (budget / 2**30) if pred is not None else None,
-                     "mem_peak_gib": g.mem_peak_bytes.max() / 2**30 if "mem_peak_bytes" in g else None,
-                     "mem_steady_gib": g.mem_steady_bytes.median() / 2**30 if "mem_steady_bytes" in g else None,
-                     "mem_device_peak_gib": (g.mem_device_peak_bytes.max() / 2**30
-                                             if "mem_device_peak_bytes" in g else None),
-                     "engine_start_s": g.engine_start_s.median() if "engine_start_s" in g else None})
+            pred = int(
+                kvmath.predict_num_blocks(
+                    res.plan.engine.model,
+                    int(budget),
+                    int(r.block_size),
+                    d,
+                    res.plan.engine.tensor_parallel_size,
+                    hybrid_kv_cache_manager=hybrid,
+                )
+            )
+        rows.append(
+            {
+                "kv_dtype": d,
+                "status": "ok",
+                "num_blocks": int(r.num_blocks),
+                "block_size": int(r.block_size),
+                "kv_capacity_tokens": int(r.kv_capacity_tokens),
+                "predicted_blocks": pred,
+                "kv_budget_gib": (budget / 2**30) if pred is not None else None,
+                "mem_peak_gib": g.mem_peak_bytes.max() / 2**30 if "mem_peak_bytes" in g else None,
+                "mem_steady_gib": g.mem_steady_bytes.median() / 2**30 if "mem_steady_bytes" in g else None,
+                "mem_device_peak_gib": (
+                    g.mem_device_peak_bytes.max() / 2**30 if "mem_device_peak_bytes" in g else None
+                ),
+                "engine_start_s": g.engine_start_s.median() if "engine_start_s" in g else None,
+            }
+        )
     df = pd.DataFrame(rows)
     if "kv_capacity_tokens" in df:
         base = df.loc[df.kv_dtype == res.plan.baseline, "kv_capacity_tokens"]
-        df["ratio_vs_baseline"] = df.kv_capacity_tokens / float(base.iloc[0]) if len(base) and base.notna().all() \
-            else np.nan
+        df["ratio_vs_baseline"] = (
+            df.kv_capacity_tokens / float(base.iloc[0]) if len(base) and base.notna().all() else np.nan
+        )
     return df
 
 
@@ -849,15 +1011,32 @@ def throughput_table(res: ServingResult, kinds: Sequence[str] = ("closed",)) -> 
     ph = _ok(res, res.phases)
     if ph.empty:
         return ph
-    cols = ["kv_dtype", "trial", "phase", "kind", "concurrency", "process", "rate", "requests", "wall_s",
-            "input_tok_s", "output_tok_s", "total_tok_s", "requests_s", "preemptions_any", "kv_usage_peak",
-            "achieved_rate", "merged_deltas"]
+    cols = [
+        "kv_dtype",
+        "trial",
+        "phase",
+        "kind",
+        "concurrency",
+        "process",
+        "rate",
+        "requests",
+        "wall_s",
+        "input_tok_s",
+        "output_tok_s",
+        "total_tok_s",
+        "requests_s",
+        "preemptions_any",
+        "kv_usage_peak",
+        "achieved_rate",
+        "merged_deltas",
+    ]
     out = ph[ph.kind.isin(kinds)][[c for c in cols if c in ph]].rename(columns={"preemptions_any": "preemptions"})
     return out.sort_values(["kind", "concurrency", "rate", "kv_dtype", "trial"]).reset_index(drop=True)
 
 
-def phase_records(res: ServingResult, kind: str, concurrency: int | None = None, process: str | None = None,
-                  rate: float | None = None) -> pd.DataFrame:
+def phase_records(
+    res: ServingResult, kind: str, concurrency: int | None = None, process: str | None = None, rate: float | None = None
+) -> pd.DataFrame:
     """The request records of the successful engines for one kind of phase (optionally one sweep point)."""
     r = _ok(res, res.records)
     if r.empty:
@@ -872,8 +1051,13 @@ def phase_records(res: ServingResult, kind: str, concurrency: int | None = None,
     return r[m]
 
 
-def latency_summary(res: ServingResult, kind: str = "closed", concurrency: int | None = None,
-                    by: Sequence[str] = ("kv_dtype", "cls"), **sel: Any) -> pd.DataFrame:
+def latency_summary(
+    res: ServingResult,
+    kind: str = "closed",
+    concurrency: int | None = None,
+    by: Sequence[str] = ("kv_dtype", "cls"),
+    **sel: Any,
+) -> pd.DataFrame:
     """TTFT, TPOT (excluding the first token), ITL (every gap) and E2E in ms: ``n, mean, p50, p95, p99``
     per kv dtype and request class, pooled over trials (:func:`fp8lab.metrics.latency_table`)."""
     if kind == "closed" and concurrency is None:
@@ -914,12 +1098,24 @@ def open_loop_table(res: ServingResult) -> pd.DataFrame:
         sched = open_loop_schedule(res.plan, proc, rate)
         lag = (rr.sent_s.to_numpy() - sched[rr.request.to_numpy().astype(int)]) * 1e3
         tt, tp = metrics.percentiles(rr.ttft_s * 1e3), metrics.percentiles(rr.tpot_s * 1e3)
-        rows.append({"kv_dtype": d, "process": proc, "requested_rate": rate,
-                     "scheduled_rate": metrics.achieved_rate(sched), "achieved_rate": g.achieved_rate.mean(),
-                     "send_lag_p50_ms": float(np.median(lag)), "send_lag_max_ms": float(np.max(lag)),
-                     "output_tok_s": g.output_tok_s.mean(),
-                     "ttft_p50_ms": tt["p50"], "ttft_p99_ms": tt["p99"], "tpot_p50_ms": tp["p50"],
-                     "tpot_p99_ms": tp["p99"], "preemptions": g.preemptions_any.sum(), "trials": g.trial.nunique()})
+        rows.append(
+            {
+                "kv_dtype": d,
+                "process": proc,
+                "requested_rate": rate,
+                "scheduled_rate": metrics.achieved_rate(sched),
+                "achieved_rate": g.achieved_rate.mean(),
+                "send_lag_p50_ms": float(np.median(lag)),
+                "send_lag_max_ms": float(np.max(lag)),
+                "output_tok_s": g.output_tok_s.mean(),
+                "ttft_p50_ms": tt["p50"],
+                "ttft_p99_ms": tt["p99"],
+                "tpot_p50_ms": tp["p50"],
+                "tpot_p99_ms": tp["p99"],
+                "preemptions": g.preemptions_any.sum(),
+                "trials": g.trial.nunique(),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -947,10 +1143,16 @@ def headline_metrics(res: ServingResult) -> list[Metric]:
     """The study's headline metrics: output tokens/s at every closed-loop concurrency; TTFT, TPOT and
     ITL P50/P99 at the largest and the smallest concurrency; TTFT and TPOT P50/P99 of every open-loop
     phase; output tokens/s of the non-streaming closed loop at every ``naive_concurrency``."""
-    out = [Metric(f"output tok/s @c={c}", "closed", "output_tok_s", "mean", concurrency=c, higher_is_better=True)
-           for c in res.concurrency]
-    out += [Metric(f"output tok/s (no stream) @c={c}", "naive", "output_tok_s", "mean", concurrency=c,
-                   higher_is_better=True) for c in res.plan.naive_concurrency]
+    out = [
+        Metric(f"output tok/s @c={c}", "closed", "output_tok_s", "mean", concurrency=c, higher_is_better=True)
+        for c in res.concurrency
+    ]
+    out += [
+        Metric(
+            f"output tok/s (no stream) @c={c}", "naive", "output_tok_s", "mean", concurrency=c, higher_is_better=True
+        )
+        for c in res.plan.naive_concurrency
+    ]
     for c in sorted({res.headline_concurrency, min(res.concurrency)}, reverse=True):
         for col, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL")):
             for st in ("p50", "p99"):
@@ -959,8 +1161,9 @@ def headline_metrics(res: ServingResult) -> list[Metric]:
         for proc in res.plan.arrivals:
             for col, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
                 for st in ("p50", "p99"):
-                    out.append(Metric(f"{label} {st.upper()} @{proc} {rate:g}/s", "open", col, st,
-                                      process=proc, rate=rate))
+                    out.append(
+                        Metric(f"{label} {st.upper()} @{proc} {rate:g}/s", "open", col, st, process=proc, rate=rate)
+                    )
     return out
 
 
@@ -968,8 +1171,11 @@ def _metric_samples(res: ServingResult, m: Metric, kv_dtype: str) -> tuple[np.nd
     """(values, trial of each value) of one metric and dtype."""
     if m.level == "phase":
         tp = throughput_table(res, kinds=(m.kind,))
-        g = tp[(tp.kv_dtype == kv_dtype) & (tp.concurrency == m.concurrency)] if m.concurrency is not None else \
-            tp[(tp.kv_dtype == kv_dtype) & (tp.process == m.process) & np.isclose(tp.rate, m.rate)]
+        g = (
+            tp[(tp.kv_dtype == kv_dtype) & (tp.concurrency == m.concurrency)]
+            if m.concurrency is not None
+            else tp[(tp.kv_dtype == kv_dtype) & (tp.process == m.process) & np.isclose(tp.rate, m.rate)]
+        )
         g = g.sort_values("trial")
         return g[m.column].to_numpy(float), g.trial.to_numpy()
     rec = phase_records(res, m.kind, m.concurrency, m.process, m.rate)
@@ -992,13 +1198,36 @@ def _per_trial(values: np.ndarray, trials: np.ndarray, statistic: str) -> dict[i
     return out
 
 
-DELTA_COLUMNS = ["metric", "kind", "baseline", "kv_dtype", "unit", "a", "b", "delta_pct", "lo_pct", "hi_pct", "n",
-                 "label", "noise_floor_pct", "noise_floor_q25_pct", "noise_floor_q75_pct", "noise_pairs",
-                 "detectable_pct", "beyond_noise_floor", "n_a", "n_b", "higher_is_better", "a_per_trial", "b_per_trial"]
+DELTA_COLUMNS = [
+    "metric",
+    "kind",
+    "baseline",
+    "kv_dtype",
+    "unit",
+    "a",
+    "b",
+    "delta_pct",
+    "lo_pct",
+    "hi_pct",
+    "n",
+    "label",
+    "noise_floor_pct",
+    "noise_floor_q25_pct",
+    "noise_floor_q75_pct",
+    "noise_pairs",
+    "detectable_pct",
+    "beyond_noise_floor",
+    "n_a",
+    "n_b",
+    "higher_is_better",
+    "a_per_trial",
+    "b_per_trial",
+]
 
 
-def delta_row(name: str, a_per_trial: dict[int, float], b_per_trial: dict[int, float], higher_is_better: bool,
-              ci: float = 0.95) -> dict[str, Any]:
+def delta_row(
+    name: str, a_per_trial: dict[int, float], b_per_trial: dict[int, float], higher_is_better: bool, ci: float = 0.95
+) -> dict[str, Any]:
     """One metric's A/B comparison from its per-trial values (``{trial: value}`` of A and of B): the paired
     delta over the trials both have (:func:`fp8lab.stats.paired_delta`: t interval on the log ratios, valid
     for that n), the noise floor of each config against itself over consecutive trials
@@ -1006,14 +1235,30 @@ def delta_row(name: str, a_per_trial: dict[int, float], b_per_trial: dict[int, f
     and ``detectable_pct`` (:func:`fp8lab.stats.smallest_detectable_pct`)."""
     common = sorted(set(a_per_trial) & set(b_per_trial))
     d = stats.paired_delta([a_per_trial[t] for t in common], [b_per_trial[t] for t in common], ci)
-    nf = stats.noise_floor([[a_per_trial[t] for t in sorted(a_per_trial)], [b_per_trial[t] for t in sorted(b_per_trial)]])
-    return {"metric": name, "a": d.a, "b": d.b, "delta_pct": d.delta_pct, "lo_pct": d.lo_pct, "hi_pct": d.hi_pct,
-            "n": d.n, "label": stats.delta_label(d, higher_is_better), "noise_floor_pct": nf.median_pct,
-            "noise_floor_q25_pct": nf.q25_pct, "noise_floor_q75_pct": nf.q75_pct, "noise_pairs": nf.n_pairs,
-            "detectable_pct": stats.smallest_detectable_pct(d, nf), "beyond_noise_floor": stats.beyond_noise(d, nf),
-            "n_a": len(a_per_trial), "n_b": len(b_per_trial), "higher_is_better": higher_is_better,
-            "a_per_trial": [float(a_per_trial[t]) for t in sorted(a_per_trial)],
-            "b_per_trial": [float(b_per_trial[t]) for t in sorted(b_per_trial)]}
+    nf = stats.noise_floor(
+        [[a_per_trial[t] for t in sorted(a_per_trial)], [b_per_trial[t] for t in sorted(b_per_trial)]]
+    )
+    return {
+        "metric": name,
+        "a": d.a,
+        "b": d.b,
+        "delta_pct": d.delta_pct,
+        "lo_pct": d.lo_pct,
+        "hi_pct": d.hi_pct,
+        "n": d.n,
+        "label": stats.delta_label(d, higher_is_better),
+        "noise_floor_pct": nf.median_pct,
+        "noise_floor_q25_pct": nf.q25_pct,
+        "noise_floor_q75_pct": nf.q75_pct,
+        "noise_pairs": nf.n_pairs,
+        "detectable_pct": stats.smallest_detectable_pct(d, nf),
+        "beyond_noise_floor": stats.beyond_noise(d, nf),
+        "n_a": len(a_per_trial),
+        "n_b": len(b_per_trial),
+        "higher_is_better": higher_is_better,
+        "a_per_trial": [float(a_per_trial[t]) for t in sorted(a_per_trial)],
+        "b_per_trial": [float(b_per_trial[t]) for t in sorted(b_per_trial)],
+    }
 
 
 def delta_table(res: ServingResult, metric_list: Sequence[Metric] | None = None, ci: float = 0.95) -> pd.DataFrame:
@@ -1036,10 +1281,22 @@ def delta_table(res: ServingResult, metric_list: Sequence[Metric] | None = None,
         for b_dt in res.plan.kv_dtypes[1:]:
             vb, tb = _metric_samples(res, m, b_dt)
             pb = _per_trial(vb, tb, m.statistic)
-            row = delta_row(m.name, {t: v * scale for t, v in pa.items()}, {t: v * scale for t, v in pb.items()},
-                            m.higher_is_better, ci)
-            rows.append({**row, "kind": m.kind, "baseline": a_dt, "kv_dtype": b_dt,
-                         "unit": "tok/s" if m.level == "phase" else "ms"})
+            row = delta_row(
+                m.name,
+                {t: v * scale for t, v in pa.items()},
+                {t: v * scale for t, v in pb.items()},
+                m.higher_is_better,
+                ci,
+            )
+            rows.append(
+                {
+                    **row,
+                    "kind": m.kind,
+                    "baseline": a_dt,
+                    "kv_dtype": b_dt,
+                    "unit": "tok/s" if m.level == "phase" else "ms",
+                }
+            )
     return pd.DataFrame(rows, columns=DELTA_COLUMNS)
 
 
@@ -1052,8 +1309,17 @@ def noise_floor_table(res: ServingResult) -> pd.DataFrame:
     for (d, c), g in tp.groupby(["kv_dtype", "concurrency"]):
         g = g.sort_values("trial")
         nf = stats.noise_floor([g.output_tok_s.to_numpy(float)])
-        rows.append({"kv_dtype": d, "concurrency": c, "output_tok_s_per_trial": g.output_tok_s.round(1).tolist(),
-                     "median_pct": nf.median_pct, "q25_pct": nf.q25_pct, "q75_pct": nf.q75_pct, "n_pairs": nf.n_pairs})
+        rows.append(
+            {
+                "kv_dtype": d,
+                "concurrency": c,
+                "output_tok_s_per_trial": g.output_tok_s.round(1).tolist(),
+                "median_pct": nf.median_pct,
+                "q25_pct": nf.q25_pct,
+                "q75_pct": nf.q75_pct,
+                "n_pairs": nf.n_pairs,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -1077,8 +1343,19 @@ def capacity_search(res: ServingResult) -> tuple[pd.DataFrame, pd.DataFrame]:
         return pd.DataFrame(), pd.DataFrame()
     cap = ph[ph.kind == "capacity"].copy()
     cap["sustained"] = (cap.preemptions_any == 0) & (cap.completed == cap.requests)
-    ladder = cap[["kv_dtype", "trial", "concurrency", "requests", "completed", "preemptions_any", "kv_usage_peak",
-                  "sustained", "wall_s"]].rename(columns={"preemptions_any": "preemptions"})
+    ladder = cap[
+        [
+            "kv_dtype",
+            "trial",
+            "concurrency",
+            "requests",
+            "completed",
+            "preemptions_any",
+            "kv_usage_peak",
+            "sustained",
+            "wall_s",
+        ]
+    ].rename(columns={"preemptions_any": "preemptions"})
     ladder = ladder.sort_values(["kv_dtype", "trial", "concurrency"]).reset_index(drop=True)
     rows = []
     cap_eng = res.engines[res.engines.status == "ok"]
@@ -1093,18 +1370,28 @@ def capacity_search(res: ServingResult) -> tuple[pd.DataFrame, pd.DataFrame]:
         e = cap_eng[cap_eng.kv_dtype == d].sort_values("trial").iloc[0]
         n, bs = int(e.num_blocks), int(e.block_size)
         total = sum(shape)
-        rows.append({"kv_dtype": d, "capacity_shape": f"{shape[0]} in + {shape[1]} out", "num_blocks": n, "block_size": bs,
-                     "measured": measured, "first_preempted": first_fail, "censored": first_fail is None,
-                     "predicted": concurrency_limit(n, bs, total),
-                     "predicted_vllm": max(1, (n - 1) // max(1, math.ceil((total - 1) / bs)))})
+        rows.append(
+            {
+                "kv_dtype": d,
+                "capacity_shape": f"{shape[0]} in + {shape[1]} out",
+                "num_blocks": n,
+                "block_size": bs,
+                "measured": measured,
+                "first_preempted": first_fail,
+                "censored": first_fail is None,
+                "predicted": concurrency_limit(n, bs, total),
+                "predicted_vllm": max(1, (n - 1) // max(1, math.ceil((total - 1) / bs))),
+            }
+        )
     result = pd.DataFrame(rows)
     result["measured_vs_predicted"] = result.measured / result.predicted
     return ladder, result
 
 
 # ---------------------------------------------------------------------------------------- roofline
-def roofline_measured(res: ServingResult, kinds: Sequence[str] = ("closed", "capacity"), bins: int = 12,
-                      min_gaps: int = 20) -> pd.DataFrame:
+def roofline_measured(
+    res: ServingResult, kinds: Sequence[str] = ("closed", "capacity"), bins: int = 12, min_gaps: int = 20
+) -> pd.DataFrame:
     """Measured ITL against the KV tokens each decode step read (:func:`fp8lab.metrics.decode_steps`,
     per engine and phase), binned on a log scale: per dtype and bin the median ITL (ms), the median batch
     and the number of gaps (bins with fewer than ``min_gaps`` are dropped). Steps that also ran another request's prefill are included (they are the
@@ -1124,14 +1411,26 @@ def roofline_measured(res: ServingResult, kinds: Sequence[str] = ("closed", "cap
     s = s[s.kv_tokens > 0]
     edges = np.unique(np.geomspace(max(1.0, s.kv_tokens.min()), s.kv_tokens.max() * 1.0001, bins + 1))
     s["bin"] = np.clip(np.searchsorted(edges, s.kv_tokens, side="right") - 1, 0, len(edges) - 2)
-    out = s.groupby(["kv_dtype", "bin"]).agg(kv_tokens=("kv_tokens", "median"), itl_ms=("itl_s", "median"),
-                                              batch=("batch", "median"), n=("itl_s", "size")).reset_index()
+    out = (
+        s.groupby(["kv_dtype", "bin"])
+        .agg(
+            kv_tokens=("kv_tokens", "median"),
+            itl_ms=("itl_s", "median"),
+            batch=("batch", "median"),
+            n=("itl_s", "size"),
+        )
+        .reset_index()
+    )
     out["itl_ms"] *= 1e3
     return out[out.n >= min_gaps].reset_index(drop=True)
 
 
-def roofline_tables(res: ServingResult, bandwidth_gbs: float, context_lens: Sequence[int] | None = None,
-                    batch_sizes: Sequence[int] | None = None) -> dict[str, pd.DataFrame]:
+def roofline_tables(
+    res: ServingResult,
+    bandwidth_gbs: float,
+    context_lens: Sequence[int] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+) -> dict[str, pd.DataFrame]:
     """The bound and the measurement side by side.
 
     ``grid``: :func:`fp8lab.roofline.bound_grid` over ``context_lens`` x ``batch_sizes`` (defaults: the
@@ -1150,8 +1449,10 @@ def roofline_tables(res: ServingResult, bandwidth_gbs: float, context_lens: Sequ
     if len(meas):
         w = roofline.weight_bytes_per_step(model, tp=tp)
         kvb = {d: kvmath.kv_bytes_per_token(model, d, tp) for d in plan.kv_dtypes}
-        meas["itl_bound_ms"] = [roofline.itl_lower_bound(w, t, kvb[d], bandwidth_gbs * 1e9) * 1e3
-                                for d, t in zip(meas.kv_dtype, meas.kv_tokens, strict=True)]
+        meas["itl_bound_ms"] = [
+            roofline.itl_lower_bound(w, t, kvb[d], bandwidth_gbs * 1e9) * 1e3
+            for d, t in zip(meas.kv_dtype, meas.kv_tokens, strict=True)
+        ]
         meas["bound_over_measured"] = meas.itl_bound_ms / meas.itl_ms
     return {"grid": grid, "measured": meas}
 
@@ -1171,8 +1472,10 @@ def _fmt_ci(r: pd.Series) -> str:
 
 
 def _row_delta(r: Any) -> tuple[stats.PairedDelta, stats.NoiseFloor]:
-    return (stats.PairedDelta(r.a, r.b, r.delta_pct, r.lo_pct, r.hi_pct, int(r.n)),
-            stats.NoiseFloor(r.noise_floor_pct, r.noise_floor_q25_pct, r.noise_floor_q75_pct, int(r.noise_pairs)))
+    return (
+        stats.PairedDelta(r.a, r.b, r.delta_pct, r.lo_pct, r.hi_pct, int(r.n)),
+        stats.NoiseFloor(r.noise_floor_pct, r.noise_floor_q25_pct, r.noise_floor_q75_pct, int(r.noise_pairs)),
+    )
 
 
 def delta_line(r: Any) -> str:
@@ -1198,31 +1501,45 @@ def fidelity_line(fidelity: dict[str, Any] | None) -> str | None:
         return None
     tol = 100 * fidelity.get("tolerance", 0.03)
     nr = len(fidelity.get("round_ratios") or [])
-    msg = (f"- **Fidelity.** fp8lab's offline throughput / `vllm bench throughput` = {fidelity['ratio']:.3f} "
-           f"({'median of ' + str(nr) + ' rounds' if nr > 1 else 'one round'}; "
-           f"{'within' if fidelity.get('within_tolerance') else 'outside'} {tol:.0f}%")
+    msg = (
+        f"- **Fidelity.** fp8lab's offline throughput / `vllm bench throughput` = {fidelity['ratio']:.3f} "
+        f"({'median of ' + str(nr) + ' rounds' if nr > 1 else 'one round'}; "
+        f"{'within' if fidelity.get('within_tolerance') else 'outside'} {tol:.0f}%"
+    )
     spread = fidelity.get("spread_pct") or {}
     if spread:
-        msg += "; run to run, " + ", ".join(f"{'vLLM bench' if w == 'bench' else w} varied by {v:.2f}%"
-                                            for w, v in sorted(spread.items()))
+        msg += "; run to run, " + ", ".join(
+            f"{'vLLM bench' if w == 'bench' else w} varied by {v:.2f}%" for w, v in sorted(spread.items())
+        )
     msg += ")."
     rows = fidelity.get("rows")
     if isinstance(rows, pd.DataFrame) and len(rows) and "status" in rows:
         bad = rows[rows.status != "ok"]
         if len(bad):
-            msg += " Not measured: " + "; ".join(
-                f"round {int(r['round'])} {'vLLM bench' if r['who'] == 'bench' else r['who']} ({r['status']})"
-                for _, r in bad.iterrows()) + "."
+            msg += (
+                " Not measured: "
+                + "; ".join(
+                    f"round {int(r['round'])} {'vLLM bench' if r['who'] == 'bench' else r['who']} ({r['status']})"
+                    for _, r in bad.iterrows()
+                )
+                + "."
+            )
     if fidelity.get("resolvable") is None:
-        msg += (" Each tool's own run-to-run spread needs two runs of it, so whether this check resolves "
-                f"{tol:.0f}% is not established.")
+        msg += (
+            " Each tool's own run-to-run spread needs two runs of it, so whether this check resolves "
+            f"{tol:.0f}% is not established."
+        )
     if fidelity.get("resolvable") is False:
         off = 100 * abs(fidelity["ratio"] - 1)
-        msg += (f" A tool varied by itself by more than {tol:.0f}%, so runs this short cannot resolve {tol:.0f}% on "
-                "this machine (more requests make longer runs); "
-                + ("the ratio's distance from 1 is within that variation, so it is no verdict on either tool."
-                   if off <= max(spread.values()) else
-                   "the ratio is farther from 1 than either tool's own variation: the tools disagree."))
+        msg += (
+            f" A tool varied by itself by more than {tol:.0f}%, so runs this short cannot resolve {tol:.0f}% on "
+            "this machine (more requests make longer runs); "
+            + (
+                "the ratio's distance from 1 is within that variation, so it is no verdict on either tool."
+                if off <= max(spread.values())
+                else "the ratio is farther from 1 than either tool's own variation: the tools disagree."
+            )
+        )
     return msg
 
 
@@ -1241,17 +1558,26 @@ def preemption_line(tp: pd.DataFrame, baseline: str, other: str) -> str | None:
             per.setdefault(d, []).append(f"c={int(c)} ({', '.join(map(str, counts))} over {len(counts)} trials)")
     if not per:
         return None
-    said = [f"`{d}` preempted at {'; '.join(per[d])}" if d in per else f"`{d}` never preempted"
-            for d in (baseline, other)]
+    said = [
+        f"`{d}` preempted at {'; '.join(per[d])}" if d in per else f"`{d}` never preempted" for d in (baseline, other)
+    ]
     msg = "- **Preemptions (closed loop).** " + "; ".join(said) + "."
     if len(per) == 1:
-        msg += (f" Only `{next(iter(per))}` ran out of KV cache: at those points the other dtype's throughput gain "
-                "is its capacity (no preempted requests recomputed), not faster decoding.")
+        msg += (
+            f" Only `{next(iter(per))}` ran out of KV cache: at those points the other dtype's throughput gain "
+            "is its capacity (no preempted requests recomputed), not faster decoding."
+        )
     return msg
 
 
-def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, search: pd.DataFrame | None = None,
-            roof: dict[str, pd.DataFrame] | None = None, fidelity: dict[str, Any] | None = None) -> str:
+def verdict(
+    res: ServingResult,
+    deltas: pd.DataFrame,
+    capacity: pd.DataFrame,
+    search: pd.DataFrame | None = None,
+    roof: dict[str, pd.DataFrame] | None = None,
+    fidelity: dict[str, Any] | None = None,
+) -> str:
     """A short Markdown verdict, every number taken from the tables given (nothing else)."""
     a = res.plan.baseline
     lines = []
@@ -1259,69 +1585,109 @@ def verdict(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, se
     for b in res.plan.kv_dtypes[1:]:
         cap = capacity.set_index("kv_dtype")
         if b in cap.index and a in cap.index and cap.loc[b].get("status") == "ok":
-            lines.append(f"- **Capacity.** With the same KV budget, `{b}` holds {int(cap.loc[b].kv_capacity_tokens):,} tokens "
-                         f"vs {int(cap.loc[a].kv_capacity_tokens):,} for `{a}` (x{cap.loc[b].ratio_vs_baseline:.2f}, "
-                         "measured from the engines' block counts).")
+            lines.append(
+                f"- **Capacity.** With the same KV budget, `{b}` holds {int(cap.loc[b].kv_capacity_tokens):,} tokens "
+                f"vs {int(cap.loc[a].kv_capacity_tokens):,} for `{a}` (x{cap.loc[b].ratio_vs_baseline:.2f}, "
+                "measured from the engines' block counts)."
+            )
         if search is not None and len(search):
             s = search.set_index("kv_dtype")
             if a in s.index and b in s.index:
+
                 def conc(d, s=s):
                     r = s.loc[d]
                     m = "n/a" if r.measured is None or pd.isna(r.measured) else f"{int(r.measured)}"
-                    return (f"{'>=' if r.censored else ''}{m} (formula {int(r.predicted)}, "
-                            f"vLLM block accounting {int(r.predicted_vllm)})")
-                lines.append(f"- **Concurrency without preemption** ({s.loc[a].capacity_shape}): `{a}` {conc(a)}, `{b}` {conc(b)}.")
-        if (b in cap.index and a in cap.index and cap.loc[b].get("status") == "ok"
-                and pd.notna(cap.loc[a].get("mem_peak_gib")) and pd.notna(cap.loc[b].get("mem_peak_gib"))):
+                    return (
+                        f"{'>=' if r.censored else ''}{m} (formula {int(r.predicted)}, "
+                        f"vLLM block accounting {int(r.predicted_vllm)})"
+                    )
+
+                lines.append(
+                    f"- **Concurrency without preemption** ({s.loc[a].capacity_shape}): `{a}` {conc(a)}, `{b}` {conc(b)}."
+                )
+        if (
+            b in cap.index
+            and a in cap.index
+            and cap.loc[b].get("status") == "ok"
+            and pd.notna(cap.loc[a].get("mem_peak_gib"))
+            and pd.notna(cap.loc[b].get("mem_peak_gib"))
+        ):
             dev = cap.loc[b].get("mem_device_peak_gib")
             shared = dev is not None and pd.notna(dev)
             what = "each engine's own share of the one GPU both ran on" if shared else "peak"
-            lines.append(f"- **Memory** ({what}): "
-                         f"`{a}` {cap.loc[a].mem_peak_gib:.2f} GiB, `{b}` {cap.loc[b].mem_peak_gib:.2f} GiB"
-                         + (f" (the device's peak with both engines: {float(dev):.2f} GiB)" if shared else "")
-                         + (". The KV budget is fixed, so FP8 buys capacity here, not memory."
-                            if res.plan.engine.kv_cache_gib is not None else "."))
+            lines.append(
+                f"- **Memory** ({what}): "
+                f"`{a}` {cap.loc[a].mem_peak_gib:.2f} GiB, `{b}` {cap.loc[b].mem_peak_gib:.2f} GiB"
+                + (f" (the device's peak with both engines: {float(dev):.2f} GiB)" if shared else "")
+                + (
+                    ". The KV budget is fixed, so FP8 buys capacity here, not memory."
+                    if res.plan.engine.kv_cache_gib is not None
+                    else "."
+                )
+            )
         d = deltas[deltas.kv_dtype == b]
         tput = d[d.metric.str.startswith("output tok/s")]
         if len(tput):
             parts = [f"{_tput_point(r.metric)}: {delta_line(r)}" for r in tput.itertuples()]
             robust = tput[tput.beyond_noise_floor].metric.tolist()
-            lines.append(f"- **Throughput** (output tokens/s, `{b}` vs `{a}`; per trial one sustained phase per engine, "
-                         "both engines alive, phases interleaved A B / B A; 95% t-interval of the paired log ratios; "
-                         "noise floor = median |difference| between consecutive trials of the same config): "
-                         + "; ".join(parts) + ". "
-                         + (f"Beyond both the interval and the noise floor: {', '.join(robust)}." if robust else
-                            "No throughput delta is beyond both its interval and the noise floor."))
+            lines.append(
+                f"- **Throughput** (output tokens/s, `{b}` vs `{a}`; per trial one sustained phase per engine, "
+                "both engines alive, phases interleaved A B / B A; 95% t-interval of the paired log ratios; "
+                "noise floor = median |difference| between consecutive trials of the same config): "
+                + "; ".join(parts)
+                + ". "
+                + (
+                    f"Beyond both the interval and the noise floor: {', '.join(robust)}."
+                    if robust
+                    else "No throughput delta is beyond both its interval and the noise floor."
+                )
+            )
         pre = preemption_line(tp, a, b)
         if pre:
             lines.append(pre)
         lat = d[d.metric.str.match(r"^(TTFT|TPOT|ITL) P(50|99) @")]
         if len(lat):
-            beyond = [f"{r.metric} {r.delta_pct:+.1f}% [{r.lo_pct:+.1f}, {r.hi_pct:+.1f}] ({r.label})"
-                      for r in lat.itertuples() if r.beyond_noise_floor]
+            beyond = [
+                f"{r.metric} {r.delta_pct:+.1f}% [{r.lo_pct:+.1f}, {r.hi_pct:+.1f}] ({r.label})"
+                for r in lat.itertuples()
+                if r.beyond_noise_floor
+            ]
             det = lat.detectable_pct.dropna()
             n = int(lat.n.max()) if len(lat) else 0
-            msg = (f"- **Latency** (each percentile taken per trial and engine, then paired over n={n} trials): "
-                   + (f"beyond noise: {'; '.join(beyond)}." if beyond else "no percentile delta is beyond noise.")
-                   + (f" The smallest latency effect this run could detect ranged from {det.min():.1f}% to "
-                      f"{det.max():.1f}% by metric (median {det.median():.1f}%)." if len(det) else ""))
+            msg = (
+                f"- **Latency** (each percentile taken per trial and engine, then paired over n={n} trials): "
+                + (f"beyond noise: {'; '.join(beyond)}." if beyond else "no percentile delta is beyond noise.")
+                + (
+                    f" The smallest latency effect this run could detect ranged from {det.min():.1f}% to "
+                    f"{det.max():.1f}% by metric (median {det.median():.1f}%)."
+                    if len(det)
+                    else ""
+                )
+            )
             lines.append(msg)
     if roof is not None and len(roof.get("measured", [])):
         m = roof["measured"]
         g = roof["grid"]
         eff = m.bound_over_measured.median()
         top = g[g.kv_dtype != a].speedup_bound_vs_baseline.max()
-        lines.append(f"- **Roofline.** Measured ITL is {1 / eff:.0f}x the bandwidth bound (median over steps), so "
-                     + ("decode here is far from memory-bound and FP8's byte savings cannot show up in ITL"
-                        if eff < 0.2 else "decode is close to memory-bound, where FP8's smaller KV reads pay off")
-                     + f"; over the grid the bound allows at most x{top:.2f} ITL from FP8 "
-                     "(largest at long contexts and large batches).")
+        lines.append(
+            f"- **Roofline.** Measured ITL is {1 / eff:.0f}x the bandwidth bound (median over steps), so "
+            + (
+                "decode here is far from memory-bound and FP8's byte savings cannot show up in ITL"
+                if eff < 0.2
+                else "decode is close to memory-bound, where FP8's smaller KV reads pay off"
+            )
+            + f"; over the grid the bound allows at most x{top:.2f} ITL from FP8 "
+            "(largest at long contexts and large batches)."
+        )
     fid = fidelity_line(fidelity)
     if fid:
         lines.append(fid)
     if len(res.failed):
-        lines.append("- **Failed engines:** " + "; ".join(f"{r.kv_dtype} trial {r.trial}: {r.status} ({r.error})"
-                                                          for r in res.failed.itertuples()))
+        lines.append(
+            "- **Failed engines:** "
+            + "; ".join(f"{r.kv_dtype} trial {r.trial}: {r.status} ({r.error})" for r in res.failed.itertuples())
+        )
     return "\n".join(lines)
 
 
@@ -1337,25 +1703,45 @@ def method_table(res: ServingResult, deltas: pd.DataFrame) -> pd.DataFrame:
             if st.empty or nv.empty:
                 continue
             a, b = st.iloc[0], nv.iloc[0]
-            rows.append({"kv_dtype": d, "concurrency": c,
-                         "streamed_delta_pct": a.delta_pct, "streamed_ci": f"{a.lo_pct:+.1f} to {a.hi_pct:+.1f}",
-                         "streamed_label": a.label, "no_stream_delta_pct": b.delta_pct,
-                         "no_stream_ci": f"{b.lo_pct:+.1f} to {b.hi_pct:+.1f}", "no_stream_label": b.label,
-                         "difference_pts": b.delta_pct - a.delta_pct})
+            rows.append(
+                {
+                    "kv_dtype": d,
+                    "concurrency": c,
+                    "streamed_delta_pct": a.delta_pct,
+                    "streamed_ci": f"{a.lo_pct:+.1f} to {a.hi_pct:+.1f}",
+                    "streamed_label": a.label,
+                    "no_stream_delta_pct": b.delta_pct,
+                    "no_stream_ci": f"{b.lo_pct:+.1f} to {b.hi_pct:+.1f}",
+                    "no_stream_label": b.label,
+                    "difference_pts": b.delta_pct - a.delta_pct,
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, search: pd.DataFrame,
-                   open_loop: pd.DataFrame, bandwidth: dict[str, Any] | None = None,
-                   fidelity: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary_values(
+    res: ServingResult,
+    deltas: pd.DataFrame,
+    capacity: pd.DataFrame,
+    search: pd.DataFrame,
+    open_loop: pd.DataFrame,
+    bandwidth: dict[str, Any] | None = None,
+    fidelity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The key numbers for ``record_summary`` (flat keys, one value each; deltas as dicts)."""
     plan, a = res.plan, res.plan.baseline
     c = res.headline_concurrency
-    out: dict[str, Any] = {"model": Path(plan.engine.model).name, "kv_dtypes": list(plan.kv_dtypes), "trials": plan.trials,
-                           "concurrency": list(res.concurrency), "headline_concurrency": c,
-                           "naive_concurrency": list(plan.naive_concurrency),
-                           "engines_ok": int((res.engines.status == "ok").sum()), "engines": len(res.engines),
-                           "engine_wall_s_total": round(float(res.engines.get("run_wall_s", pd.Series(dtype=float)).sum()), 1)}
+    out: dict[str, Any] = {
+        "model": Path(plan.engine.model).name,
+        "kv_dtypes": list(plan.kv_dtypes),
+        "trials": plan.trials,
+        "concurrency": list(res.concurrency),
+        "headline_concurrency": c,
+        "naive_concurrency": list(plan.naive_concurrency),
+        "engines_ok": int((res.engines.status == "ok").sum()),
+        "engines": len(res.engines),
+        "engine_wall_s_total": round(float(res.engines.get("run_wall_s", pd.Series(dtype=float)).sum()), 1),
+    }
     cap = capacity.set_index("kv_dtype")
     for d in plan.kv_dtypes:
         if d in cap.index and cap.loc[d].get("status") == "ok":
@@ -1371,7 +1757,8 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
     for d in plan.kv_dtypes[1:]:
         if f"capacity_tokens_{d}" in out and f"capacity_tokens_{a}" in out:
             out["capacity_ratio" if len(plan.kv_dtypes) == 2 else f"capacity_ratio_{d}"] = (
-                out[f"capacity_tokens_{d}"] / out[f"capacity_tokens_{a}"])
+                out[f"capacity_tokens_{d}"] / out[f"capacity_tokens_{a}"]
+            )
     tp = throughput_table(res)
     for d in plan.kv_dtypes:
         g = tp[(tp.kv_dtype == d) & (tp.concurrency == c)]
@@ -1381,16 +1768,29 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
     closed = tp[tp.concurrency.notna()] if "concurrency" in tp else tp.iloc[0:0]
     out["preemptions_by_concurrency"] = {
         str(int(cc)): {str(d): float(g.preemptions.sum()) for d, g in gc.groupby("kv_dtype")}
-        for cc, gc in closed.groupby("concurrency")}
+        for cc, gc in closed.groupby("concurrency")
+    }
     lat = latency_summary(res, by=("kv_dtype",))
     for r in lat.itertuples():
         if r.metric in ("ttft_ms", "tpot_ms", "itl_ms"):
             out[f"{r.metric.removesuffix('_ms')}_p50_ms_{r.kv_dtype}"] = r.p50
             out[f"{r.metric.removesuffix('_ms')}_p99_ms_{r.kv_dtype}"] = r.p99
-    keep = ("delta_pct", "lo_pct", "hi_pct", "n", "label", "noise_floor_pct", "noise_floor_q25_pct",
-            "noise_floor_q75_pct", "noise_pairs", "detectable_pct", "beyond_noise_floor", "a", "b")
-    out["deltas"] = {f"{r['kv_dtype']}: {r['metric']}": {k: r[k] for k in keep}
-                     for r in deltas.to_dict("records")}
+    keep = (
+        "delta_pct",
+        "lo_pct",
+        "hi_pct",
+        "n",
+        "label",
+        "noise_floor_pct",
+        "noise_floor_q25_pct",
+        "noise_floor_q75_pct",
+        "noise_pairs",
+        "detectable_pct",
+        "beyond_noise_floor",
+        "a",
+        "b",
+    )
+    out["deltas"] = {f"{r['kv_dtype']}: {r['metric']}": {k: r[k] for k in keep} for r in deltas.to_dict("records")}
     out["design"] = "paired: engines alive together, phases interleaved A B / B A by phase and trial"
     out["phase_seconds"] = plan.phase_seconds
     out["closed_loop_min_requests"] = {str(cc): min_requests(plan, cc) for cc in res.concurrency}
@@ -1402,9 +1802,15 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
     head = deltas[deltas.metric == f"output tok/s @c={c}"]
     if len(head):
         h = head.iloc[0]
-        out.update(throughput_delta_pct=h.delta_pct, throughput_delta_lo_pct=h.lo_pct,
-                   throughput_delta_hi_pct=h.hi_pct, throughput_delta_label=h.label, throughput_delta_n=int(h.n),
-                   throughput_detectable_pct=h.detectable_pct, throughput_beyond_noise=bool(h.beyond_noise_floor))
+        out.update(
+            throughput_delta_pct=h.delta_pct,
+            throughput_delta_lo_pct=h.lo_pct,
+            throughput_delta_hi_pct=h.hi_pct,
+            throughput_delta_label=h.label,
+            throughput_delta_n=int(h.n),
+            throughput_detectable_pct=h.detectable_pct,
+            throughput_beyond_noise=bool(h.beyond_noise_floor),
+        )
     if len(head):
         out["noise_floor_pct"] = head.iloc[0].noise_floor_pct  # headline throughput: consecutive trials, same config
         out["noise_floor_iqr_pct"] = [head.iloc[0].noise_floor_q25_pct, head.iloc[0].noise_floor_q75_pct]
@@ -1419,9 +1825,16 @@ def summary_values(res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFr
             out[f"max_concurrency_predicted_vllm_{r.kv_dtype}"] = r.predicted_vllm
             out[f"max_concurrency_censored_{r.kv_dtype}"] = bool(r.censored)
     if len(open_loop):
-        out["open_loop"] = [{"kv_dtype": r.kv_dtype, "process": r.process, "requested_rate": r.requested_rate,
-                             "scheduled_rate": r.scheduled_rate, "achieved_rate": r.achieved_rate}
-                            for r in open_loop.itertuples()]
+        out["open_loop"] = [
+            {
+                "kv_dtype": r.kv_dtype,
+                "process": r.process,
+                "requested_rate": r.requested_rate,
+                "scheduled_rate": r.scheduled_rate,
+                "achieved_rate": r.achieved_rate,
+            }
+            for r in open_loop.itertuples()
+        ]
         # the sender's accuracy: achieved vs the drawn schedule (a short Poisson draw is not the requested rate)
         out["open_loop_rate_error_max"] = float((open_loop.achieved_rate / open_loop.scheduled_rate - 1).abs().max())
         out["open_loop_send_lag_max_ms"] = float(open_loop.send_lag_max_ms.max())
@@ -1452,25 +1865,63 @@ if __name__ == "__main__":
 """
 
 
-def bench_args(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, num_warmups: int,
-               output_json: str, tokenizer: str | None = None) -> list[str]:
+def bench_args(
+    spec: EngineSpec,
+    input_len: int,
+    output_len: int,
+    num_prompts: int,
+    num_warmups: int,
+    output_json: str,
+    tokenizer: str | None = None,
+) -> list[str]:
     """``vllm bench throughput`` arguments for the same engine settings as ``spec``: random dataset with
     exact lengths (``--random-range-ratio 0``), prefix caching as in the spec, no detokenization."""
-    args = ["--backend", "vllm", "--model", spec.model, "--dataset-name", "random",
-            "--random-input-len", str(input_len), "--random-output-len", str(output_len), "--random-range-ratio", "0",
-            "--num-prompts", str(num_prompts), "--num-warmups", str(num_warmups), "--output-json", output_json,
-            "--kv-cache-dtype", spec.kv_cache_dtype, "--dtype", spec.dtype, "--seed", str(spec.seed),
-            "--load-format", spec.load_format, "--tensor-parallel-size", str(spec.tensor_parallel_size),
-            "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--disable-detokenize",
-            "--enforce-eager" if spec.enforce_eager else "--no-enforce-eager",
-            "--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching"]
+    args = [
+        "--backend",
+        "vllm",
+        "--model",
+        spec.model,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(num_prompts),
+        "--num-warmups",
+        str(num_warmups),
+        "--output-json",
+        output_json,
+        "--kv-cache-dtype",
+        spec.kv_cache_dtype,
+        "--dtype",
+        spec.dtype,
+        "--seed",
+        str(spec.seed),
+        "--load-format",
+        spec.load_format,
+        "--tensor-parallel-size",
+        str(spec.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        str(spec.gpu_memory_utilization),
+        "--disable-detokenize",
+        "--enforce-eager" if spec.enforce_eager else "--no-enforce-eager",
+        "--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching",
+    ]
     if tokenizer:  # a folder path is made absolute: the benchmark's working directory need not be the repo's
         from fp8lab.specs import resolve_model
 
         args += ["--tokenizer", resolve_model(tokenizer)]
-    for flag, value in (("--max-model-len", spec.max_model_len), ("--block-size", spec.block_size),
-                        ("--max-num-seqs", spec.max_num_seqs), ("--max-num-batched-tokens", spec.max_num_batched_tokens),
-                        ("--attention-backend", spec.attention_backend)):
+    for flag, value in (
+        ("--max-model-len", spec.max_model_len),
+        ("--block-size", spec.block_size),
+        ("--max-num-seqs", spec.max_num_seqs),
+        ("--max-num-batched-tokens", spec.max_num_batched_tokens),
+        ("--attention-backend", spec.attention_backend),
+    ):
         if value is not None:
             args += [flag, str(value)]
     if spec.kv_cache_gib is not None:
@@ -1480,8 +1931,15 @@ def bench_args(spec: EngineSpec, input_len: int, output_len: int, num_prompts: i
     return args
 
 
-def run_vllm_bench(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, num_warmups: int = 0,
-                   tokenizer: str | None = None, work_dir: str | Path | None = None) -> dict[str, Any]:
+def run_vllm_bench(
+    spec: EngineSpec,
+    input_len: int,
+    output_len: int,
+    num_prompts: int,
+    num_warmups: int = 0,
+    tokenizer: str | None = None,
+    work_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """Run vLLM's offline throughput benchmark in a fresh Python process (the CPU build's ``vllm`` command
     does not start, vllm-notes section 8; this is the same code). Returns its JSON (``elapsed_time``,
     ``num_requests``, ``total_num_tokens``, ``tokens_per_second``) plus ``status``, ``log`` path and
@@ -1494,8 +1952,12 @@ def run_vllm_bench(spec: EngineSpec, input_len: int, output_len: int, num_prompt
     from fp8lab.devices import engine_env
 
     env = {**{k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}, **engine_env()}
-    cmd = [sys.executable, "-c", _BENCH_CODE, *bench_args(spec, input_len, output_len, num_prompts, num_warmups,
-                                                          str(out_json), tokenizer)]
+    cmd = [
+        sys.executable,
+        "-c",
+        _BENCH_CODE,
+        *bench_args(spec, input_len, output_len, num_prompts, num_warmups, str(out_json), tokenizer),
+    ]
     t0 = time.perf_counter()
     with open(log, "w") as f:
         try:
@@ -1503,8 +1965,13 @@ def run_vllm_bench(spec: EngineSpec, input_len: int, output_len: int, num_prompt
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
-    out: dict[str, Any] = {"status": "ok" if rc == 0 and out_json.exists() else "error", "returncode": rc,
-                           "log": str(log), "wall_s": time.perf_counter() - t0, "cmd": cmd[3:]}
+    out: dict[str, Any] = {
+        "status": "ok" if rc == 0 and out_json.exists() else "error",
+        "returncode": rc,
+        "log": str(log),
+        "wall_s": time.perf_counter() - t0,
+        "cmd": cmd[3:],
+    }
     if out_json.exists():
         out.update(json.loads(out_json.read_text()))
     else:
@@ -1514,9 +1981,18 @@ def run_vllm_bench(spec: EngineSpec, input_len: int, output_len: int, num_prompt
     return out
 
 
-def run_fp8lab_offline(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, num_warmups: int = 0,
-                       prompt_source: PromptSource = "random", seed: int = 0, work_dir: str | Path | None = None,
-                       tag: str = "", temperature: float = 0.0) -> dict[str, Any]:
+def run_fp8lab_offline(
+    spec: EngineSpec,
+    input_len: int,
+    output_len: int,
+    num_prompts: int,
+    num_warmups: int = 0,
+    prompt_source: PromptSource = "random",
+    seed: int = 0,
+    work_dir: str | Path | None = None,
+    tag: str = "",
+    temperature: float = 0.0,
+) -> dict[str, Any]:
     """fp8lab's offline throughput: ``num_prompts`` requests of exactly ``input_len`` / ``output_len``
     tokens through ``LLM.generate`` (the ``llm`` driver), after ``num_warmups`` warm-up requests; total
     tokens per second of the timed phase, as vLLM's benchmark counts them. ``temperature``: 0 greedy, else
@@ -1526,24 +2002,57 @@ def run_fp8lab_offline(spec: EngineSpec, input_len: int, output_len: int, num_pr
     cls = [RequestClass("fidelity", input_len, output_len)]
     phases = []
     if num_warmups:
-        phases.append(Phase("warmup", _tagged(build_requests(spec.model, cls, num_warmups, source=prompt_source,
-                                                             seed=seed + 1), tag, temperature=temperature)))
-    phases.append(Phase("main", _tagged(build_requests(spec.model, cls, num_prompts, source=prompt_source, seed=seed),
-                                        tag, temperature=temperature)))
+        phases.append(
+            Phase(
+                "warmup",
+                _tagged(
+                    build_requests(spec.model, cls, num_warmups, source=prompt_source, seed=seed + 1),
+                    tag,
+                    temperature=temperature,
+                ),
+            )
+        )
+    phases.append(
+        Phase(
+            "main",
+            _tagged(
+                build_requests(spec.model, cls, num_prompts, source=prompt_source, seed=seed),
+                tag,
+                temperature=temperature,
+            ),
+        )
+    )
     res = run_engine(spec, phases, driver="llm", work_dir=work_dir)
     out: dict[str, Any] = {"status": res.status, "error": res.error, "wall_s": res.engine.get("run_wall_s")}
     if res.ok:
         ph = res.phases["main"]
         total = ph["prompt_tokens"] + ph["output_tokens"]
-        out.update(elapsed_time=ph["wall_s"], num_requests=ph["requests"], total_num_tokens=total,
-                   tokens_per_second=total / ph["wall_s"], requests_per_second=ph["requests"] / ph["wall_s"])
+        out.update(
+            elapsed_time=ph["wall_s"],
+            num_requests=ph["requests"],
+            total_num_tokens=total,
+            tokens_per_second=total / ph["wall_s"],
+            requests_per_second=ph["requests"] / ph["wall_s"],
+        )
     return out
 
 
-def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompts: int, *, rounds: int = 2,
-                   num_warmups: int = 4, tokenizer: str | None = None, prompt_source: PromptSource = "random",
-                   temperature: float = 1.0, tolerance: float = 0.03, work_dir: str | Path | None = None,
-                   store: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+def fidelity_check(
+    spec: EngineSpec,
+    input_len: int,
+    output_len: int,
+    num_prompts: int,
+    *,
+    rounds: int = 2,
+    num_warmups: int = 4,
+    tokenizer: str | None = None,
+    prompt_source: PromptSource = "random",
+    temperature: float = 1.0,
+    tolerance: float = 0.03,
+    work_dir: str | Path | None = None,
+    store: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """fp8lab's offline throughput vs ``vllm bench throughput`` on the same model, lengths, request count
     and kv dtype (``spec``), measured now, ``rounds`` times in alternating order (bench, fp8lab, fp8lab,
     bench, ...) so slow drifts of a shared machine cancel. Returns :func:`fidelity_summary` of the runs (``rows``,
@@ -1566,9 +2075,16 @@ def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompt
 
     check_int("fidelity", "rounds", rounds, 1, 100)
     check_float("fidelity", "tolerance", tolerance, 0.0, 1.0, lo_open=True)
-    settings = {"engine": spec.to_dict(), "input_len": input_len, "output_len": output_len,
-                "num_prompts": num_prompts, "num_warmups": num_warmups, "tokenizer": tokenizer,
-                "prompt_source": prompt_source, "temperature": temperature}
+    settings = {
+        "engine": spec.to_dict(),
+        "input_len": input_len,
+        "output_len": output_len,
+        "num_prompts": num_prompts,
+        "num_warmups": num_warmups,
+        "tokenizer": tokenizer,
+        "prompt_source": prompt_source,
+        "temperature": temperature,
+    }
     keep = Path(store) / spec_hash(settings) if store is not None else None
     wd = Path(work_dir) if work_dir else keep or Path(tempfile.mkdtemp(prefix="fp8lab-fidelity-"))
     if keep is not None:
@@ -1585,30 +2101,60 @@ def fidelity_check(spec: EngineSpec, input_len: int, output_len: int, num_prompt
             if stored.get("status") == "ok":
                 rows.append({**{k: v for k, v in stored.items() if k != "provenance"}, "cached": True})
                 if progress:
-                    print(f"fidelity round {r} {who}: ok (stored), {rows[-1]['tokens_per_second']:.1f} tok/s", flush=True)
+                    print(
+                        f"fidelity round {r} {who}: ok (stored), {rows[-1]['tokens_per_second']:.1f} tok/s", flush=True
+                    )
                 continue
             if results.store_only():  # re-rendering from committed stores: never start an engine
-                out = {"status": "error", "error": f"not in the fidelity store ({kept}); ${results.STORE_ONLY_ENV} "
-                       "is set, so nothing is run"}
+                out = {
+                    "status": "error",
+                    "error": f"not in the fidelity store ({kept}); ${results.STORE_ONLY_ENV} is set, so nothing is run",
+                }
             elif who == "bench":
                 out = run_vllm_bench(spec, input_len, output_len, num_prompts, num_warmups, tokenizer, sub)
             else:
-                out = run_fp8lab_offline(spec, input_len, output_len, num_prompts, num_warmups, prompt_source,
-                                         work_dir=sub, tag=f"fidelity-round{r}", temperature=temperature)
+                out = run_fp8lab_offline(
+                    spec,
+                    input_len,
+                    output_len,
+                    num_prompts,
+                    num_warmups,
+                    prompt_source,
+                    work_dir=sub,
+                    tag=f"fidelity-round{r}",
+                    temperature=temperature,
+                )
                 (sub / "result.pkl").unlink(missing_ok=True)  # the worker's raw records: the row keeps the figures
-            row = {"round": r, "who": who, "status": out["status"], "tokens_per_second": out.get("tokens_per_second"),
-                   "elapsed_time": out.get("elapsed_time"), "total_num_tokens": out.get("total_num_tokens"),
-                   "num_requests": out.get("num_requests"), "error": out.get("error")}
+            row = {
+                "round": r,
+                "who": who,
+                "status": out["status"],
+                "tokens_per_second": out.get("tokens_per_second"),
+                "elapsed_time": out.get("elapsed_time"),
+                "total_num_tokens": out.get("total_num_tokens"),
+                "num_requests": out.get("num_requests"),
+                "error": out.get("error"),
+            }
             if kept is not None:  # with where and with what it ran
                 kept.write_text(json.dumps({**row, "provenance": provenance(with_torch=False)}, indent=2, default=str))
             rows.append({**row, "cached": False})
             if progress:
                 tps = row["tokens_per_second"]
-                print(f"fidelity round {r} {who}: {row['status']}, "
-                      f"{'n/a' if tps is None else f'{tps:.1f}'} tok/s ({time.perf_counter() - t:.0f} s)", flush=True)
-    return {**fidelity_summary(pd.DataFrame(rows), tolerance), "kv_dtype": spec.kv_cache_dtype,
-            "temperature": temperature, "input_len": input_len, "output_len": output_len, "num_prompts": num_prompts,
-            "rounds": rounds, "work_dir": str(wd)}
+                print(
+                    f"fidelity round {r} {who}: {row['status']}, "
+                    f"{'n/a' if tps is None else f'{tps:.1f}'} tok/s ({time.perf_counter() - t:.0f} s)",
+                    flush=True,
+                )
+    return {
+        **fidelity_summary(pd.DataFrame(rows), tolerance),
+        "kv_dtype": spec.kv_cache_dtype,
+        "temperature": temperature,
+        "input_len": input_len,
+        "output_len": output_len,
+        "num_prompts": num_prompts,
+        "rounds": rounds,
+        "work_dir": str(wd),
+    }
 
 
 def fidelity_summary(rows: pd.DataFrame, tolerance: float = 0.03) -> dict[str, Any]:
@@ -1623,13 +2169,21 @@ def fidelity_summary(rows: pd.DataFrame, tolerance: float = 0.03) -> dict[str, A
     per_round = ok.pivot_table(index="round", columns="who", values="tokens_per_second")
     ratios = (per_round["fp8lab"] / per_round["bench"]).dropna() if {"fp8lab", "bench"} <= set(per_round) else []
     ratio = float(np.median(ratios)) if len(ratios) else None
-    spread = {str(w): 100.0 * (float(g.max()) / float(g.min()) - 1.0)
-              for w, g in ok.groupby("who").tokens_per_second if len(g) >= 2 and float(g.min()) > 0}
+    spread = {
+        str(w): 100.0 * (float(g.max()) / float(g.min()) - 1.0)
+        for w, g in ok.groupby("who").tokens_per_second
+        if len(g) >= 2 and float(g.min()) > 0
+    }
     resolvable = None if len(spread) < 2 else bool(max(spread.values()) <= 100.0 * tolerance)
-    return {"ratio": ratio, "round_ratios": [float(r) for r in ratios],
-            "within_tolerance": ratio is not None and abs(ratio - 1) <= tolerance, "tolerance": tolerance,
-            "spread_pct": spread, "resolvable": resolvable, "rows": rows}
-
+    return {
+        "ratio": ratio,
+        "round_ratios": [float(r) for r in ratios],
+        "within_tolerance": ratio is not None and abs(ratio - 1) <= tolerance,
+        "tolerance": tolerance,
+        "spread_pct": spread,
+        "resolvable": resolvable,
+        "rows": rows,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1640,16 +2194,36 @@ def fidelity_summary(rows: pd.DataFrame, tolerance: float = 0.03) -> dict[str, A
 def plan_from_params(p: dict[str, Any]) -> ServingPlan:
     """The :class:`ServingPlan` of notebook 01's parameters (``MODEL``, ``KV_DTYPES``, ... as named in its
     ``parameters`` cell; bad values raise :class:`SpecError` naming the field)."""
-    engine = EngineSpec(model=p["MODEL"], load_format=p["LOAD_FORMAT"], skip_tokenizer_init=p["SKIP_TOKENIZER_INIT"],
-                        kv_cache_gib=p["KV_CACHE_GIB"], gpu_memory_utilization=p["GPU_MEMORY_UTILIZATION"],
-                        max_model_len=p["MAX_MODEL_LEN"], block_size=p["BLOCK_SIZE"], max_num_seqs=p["MAX_NUM_SEQS"],
-                        enforce_eager=p["ENFORCE_EAGER"], seed=p["SEED"])
-    return ServingPlan(engine, kv_dtypes=p["KV_DTYPES"], mix=p["MIX"], concurrency=p["CONCURRENCY"],
-                       closed_loop_requests=p["CLOSED_LOOP_REQUESTS"], rates=p["RATES"], arrivals=p["ARRIVALS"],
-                       open_loop_requests=p["OPEN_LOOP_REQUESTS"], warmup_requests=p["WARMUP_REQUESTS"],
-                       trials=p["TRIALS"], capacity_shape=p["CAPACITY_SHAPE"], capacity_factors=p["CAPACITY_FACTORS"],
-                       naive_concurrency=p["NAIVE_CONCURRENCY"], prompt_source=p["PROMPT_SOURCE"], seed=p["SEED"],
-                       phase_seconds=p["PHASE_SECONDS"])
+    engine = EngineSpec(
+        model=p["MODEL"],
+        load_format=p["LOAD_FORMAT"],
+        skip_tokenizer_init=p["SKIP_TOKENIZER_INIT"],
+        kv_cache_gib=p["KV_CACHE_GIB"],
+        gpu_memory_utilization=p["GPU_MEMORY_UTILIZATION"],
+        max_model_len=p["MAX_MODEL_LEN"],
+        block_size=p["BLOCK_SIZE"],
+        max_num_seqs=p["MAX_NUM_SEQS"],
+        enforce_eager=p["ENFORCE_EAGER"],
+        seed=p["SEED"],
+    )
+    return ServingPlan(
+        engine,
+        kv_dtypes=p["KV_DTYPES"],
+        mix=p["MIX"],
+        concurrency=p["CONCURRENCY"],
+        closed_loop_requests=p["CLOSED_LOOP_REQUESTS"],
+        rates=p["RATES"],
+        arrivals=p["ARRIVALS"],
+        open_loop_requests=p["OPEN_LOOP_REQUESTS"],
+        warmup_requests=p["WARMUP_REQUESTS"],
+        trials=p["TRIALS"],
+        capacity_shape=p["CAPACITY_SHAPE"],
+        capacity_factors=p["CAPACITY_FACTORS"],
+        naive_concurrency=p["NAIVE_CONCURRENCY"],
+        prompt_source=p["PROMPT_SOURCE"],
+        seed=p["SEED"],
+        phase_seconds=p["PHASE_SECONDS"],
+    )
 
 
 def profile_estimate(profile: str, overrides: dict[str, Any] | None = None, gpu: bool = True) -> pd.DataFrame:
@@ -1686,21 +2260,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     est = profile_estimate(a.profile, over, gpu=not a.cpu)
     plan = plan_from_params(resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(a.profile), over))
     with pd.option_context("display.width", 200, "display.max_colwidth", 100):
-        print(f"Study 01 time plan, profile {a.profile}: {len(schedule_table(plan))} phases in the paired schedule "
-              f"(each kept as phase-*.json.gz when done)\n{est.to_string(index=False)}", flush=True)
+        print(
+            f"Study 01 time plan, profile {a.profile}: {len(schedule_table(plan))} phases in the paired schedule "
+            f"(each kept as phase-*.json.gz when done)\n{est.to_string(index=False)}",
+            flush=True,
+        )
     return 0
 
+
 __all__ = [
-    "Arrival", "Metric", "STUDY", "ServingPlan", "ServingResult", "bench_args", "build_phases", "capacity_ladder",
-    "capacity_search", "capacity_table", "concurrency_limit", "delta_line", "delta_row", "delta_table", "engine_table",
-    "estimate_seconds", "fidelity_check", "min_requests", "paired_schedule", "phase_payload", "plan_from_params",
-    "profile_estimate", "schedule_table",
-    "fidelity_line", "fidelity_summary", "preemption_line",
-    "headline_metrics", "require_ok",
-    "itl_frame", "kv_usage_timeline", "latency_summary", "mean_context", "method_table", "noise_floor_table",
+    "Arrival",
+    "Metric",
+    "STUDY",
+    "ServingPlan",
+    "ServingResult",
+    "bench_args",
+    "build_phases",
+    "capacity_ladder",
+    "capacity_search",
+    "capacity_table",
+    "concurrency_limit",
+    "delta_line",
+    "delta_row",
+    "delta_table",
+    "engine_table",
+    "estimate_seconds",
+    "fidelity_check",
+    "min_requests",
+    "paired_schedule",
+    "phase_payload",
+    "plan_from_params",
+    "profile_estimate",
+    "schedule_table",
+    "fidelity_line",
+    "fidelity_summary",
+    "preemption_line",
+    "headline_metrics",
+    "require_ok",
+    "itl_frame",
+    "kv_usage_timeline",
+    "latency_summary",
+    "mean_context",
+    "method_table",
+    "noise_floor_table",
     "open_loop_table",
-    "phase_meta", "phase_records", "predicted_blocks", "resolve_concurrency", "roofline_measured", "roofline_tables",
-    "run_fp8lab_offline", "run_study", "run_vllm_bench", "summary_values", "throughput_table", "trial_order", "verdict",
+    "phase_meta",
+    "phase_records",
+    "predicted_blocks",
+    "resolve_concurrency",
+    "roofline_measured",
+    "roofline_tables",
+    "run_fp8lab_offline",
+    "run_study",
+    "run_vllm_bench",
+    "summary_values",
+    "throughput_table",
+    "trial_order",
+    "verdict",
 ]
 
 

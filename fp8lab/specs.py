@@ -47,8 +47,9 @@ def check_choice(obj: Any, name: str, value: Any, choices: Any) -> None:
         raise SpecError(_name(obj), name, value, "allowed: " + " | ".join(map(str, allowed)))
 
 
-def check_int(obj: Any, name: str, value: Any, lo: int | None = None, hi: int | None = None,
-              optional: bool = False) -> None:
+def check_int(
+    obj: Any, name: str, value: Any, lo: int | None = None, hi: int | None = None, optional: bool = False
+) -> None:
     """``value`` must be an int in ``[lo, hi]`` (``None`` too when ``optional``)."""
     if value is None and optional:
         return
@@ -61,8 +62,9 @@ def check_int(obj: Any, name: str, value: Any, lo: int | None = None, hi: int | 
         raise SpecError(_name(obj), name, value, rng)
 
 
-def check_float(obj: Any, name: str, value: Any, lo: float, hi: float, lo_open: bool = False,
-                optional: bool = False) -> None:
+def check_float(
+    obj: Any, name: str, value: Any, lo: float, hi: float, lo_open: bool = False, optional: bool = False
+) -> None:
     """``value`` must be a number in ``(lo, hi]`` (``lo_open``) or ``[lo, hi]``."""
     if value is None and optional:
         return
@@ -91,8 +93,9 @@ def resolve_model(model: str) -> str:
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
-def check_model_folder(obj: Any, name: str, value: str,
-                       allowed: str = "a local model folder holding config.json and weights") -> str:
+def check_model_folder(
+    obj: Any, name: str, value: str, allowed: str = "a local model folder holding config.json and weights"
+) -> str:
     """``value`` resolved (:func:`resolve_model`); it must be a folder holding ``config.json``."""
     path = resolve_model(value)
     if not (Path(path) / "config.json").is_file():
@@ -105,8 +108,12 @@ def check_tokenizer(obj: Any, value: str | None, model: str) -> str:
     tokenizer file (:data:`TOKENIZER_FILES`)."""
     tok = resolve_model(value) if value else model
     if not any((Path(tok) / f).is_file() for f in TOKENIZER_FILES):
-        raise SpecError(_name(obj), "tokenizer", value,
-                        f"None (the model's own tokenizer; none found in {tok}) or a tokenizer folder")
+        raise SpecError(
+            _name(obj),
+            "tokenizer",
+            value,
+            f"None (the model's own tokenizer; none found in {tok}) or a tokenizer folder",
+        )
     return tok
 
 
@@ -169,7 +176,9 @@ class EngineSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
-            raise SpecError("EngineSpec", "model", self.model, "a local model folder, a config.json's folder, or a hub id")
+            raise SpecError(
+                "EngineSpec", "model", self.model, "a local model folder, a config.json's folder, or a hub id"
+            )
         # resolved, not checked: a stored spec.json names the measuring machine's folder, and a store copied to
         # another machine or path must still load (fp8lab.results.load); check_paths() runs before an engine starts
         object.__setattr__(self, "model", resolve_model(self.model))
@@ -196,8 +205,12 @@ class EngineSpec:
         """The checks that need this machine's file system, run when a run starts (before any engine starts), not
         when the spec is built: ``model`` given as a path must be a folder holding ``config.json``."""
         if _looks_like_path(self.model) and not (Path(self.model) / "config.json").is_file():
-            raise SpecError("EngineSpec", "model", self.model,
-                            "a folder holding config.json (none found there), or a hub id 'org/name'")
+            raise SpecError(
+                "EngineSpec",
+                "model",
+                self.model,
+                "a folder holding config.json (none found there), or a hub id 'org/name'",
+            )
 
     @property
     def is_fp8(self) -> bool:
@@ -220,6 +233,7 @@ class EngineSpec:
 
 def spec_hash(*parts: Any, n: int = 12) -> str:
     """Short content hash of specs/dicts (canonical JSON); the same content gives the same id."""
+
     def enc(p: Any) -> Any:
         if dataclasses.is_dataclass(p) and not isinstance(p, type):
             return {"__type__": type(p).__name__, **dataclasses.asdict(p)}
@@ -267,9 +281,25 @@ class Request:
 
 
 __all__ = [
-    "BLOCK_SIZES", "EngineSpec", "KVDtype", "LoadFormat", "ModelDtype", "Phase", "Request", "SpecError",
-    "TOKENIZER_FILES", "check_bool", "check_choice", "check_file", "check_float", "check_int", "check_model_folder",
-    "check_tokenizer", "read_text", "resolve_model", "spec_hash",
+    "BLOCK_SIZES",
+    "EngineSpec",
+    "KVDtype",
+    "LoadFormat",
+    "ModelDtype",
+    "Phase",
+    "Request",
+    "SpecError",
+    "TOKENIZER_FILES",
+    "check_bool",
+    "check_choice",
+    "check_file",
+    "check_float",
+    "check_int",
+    "check_model_folder",
+    "check_tokenizer",
+    "read_text",
+    "resolve_model",
+    "spec_hash",
 ]
 
 
@@ -299,5 +329,9 @@ class Phase:
         check_int(self, "concurrency", self.concurrency, 1, 100_000, optional=True)
         check_choice(self, "client", self.client, Client)
         if self.client == "final" and self.concurrency is None:
-            raise SpecError("Phase", "client", self.client, "'final' only with a concurrency (a closed loop); "
-                            "open-loop phases stream")
+            raise SpecError(
+                "Phase",
+                "client",
+                self.client,
+                "'final' only with a concurrency (a closed loop); open-loop phases stream",
+            )

@@ -83,8 +83,13 @@ def paired_ratio(a: Sequence[float], b: Sequence[float], ci: float = 0.95) -> In
         raise ValueError(f"paired_ratio: {a_.size} values of A and {b_.size} of B; pairs need equal counts")
     ok = np.isfinite(a_) & np.isfinite(b_) & (a_ > 0) & (b_ > 0)
     li = t_interval(np.log(b_[ok] / a_[ok]), ci)
-    return Interval(math.exp(li.estimate) if li.n else math.nan, math.exp(li.lo) if li.n > 1 else math.nan,
-                    math.exp(li.hi) if li.n > 1 else math.nan, li.n, ci)
+    return Interval(
+        math.exp(li.estimate) if li.n else math.nan,
+        math.exp(li.lo) if li.n > 1 else math.nan,
+        math.exp(li.hi) if li.n > 1 else math.nan,
+        li.n,
+        ci,
+    )
 
 
 def self_noise(values: Sequence[float]) -> float:
@@ -175,7 +180,6 @@ def fieller_root(fit: LinearFit) -> Root:
     return Root(x, math.nan, math.nan, False)
 
 
-
 # --------------------------------------------------------------------------------------------------
 # A/B deltas of paired trials, the noise floor of a configuration against itself, and the verdict rule
 # --------------------------------------------------------------------------------------------------
@@ -219,9 +223,16 @@ def paired_delta(a: Sequence[float], b: Sequence[float], ci: float = 0.95) -> Pa
     a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     r = paired_ratio(a, b, ci)
     ok = np.isfinite(a_) & np.isfinite(b_) & (a_ > 0) & (b_ > 0)
-    pct = (lambda v: 100.0 * (v - 1.0))  # noqa: E731
-    return PairedDelta(float(a_[ok].mean()) if ok.any() else math.nan, float(b_[ok].mean()) if ok.any() else math.nan,
-                       pct(r.estimate), pct(r.lo), pct(r.hi), r.n, ci)
+    pct = lambda v: 100.0 * (v - 1.0)  # noqa: E731
+    return PairedDelta(
+        float(a_[ok].mean()) if ok.any() else math.nan,
+        float(b_[ok].mean()) if ok.any() else math.nan,
+        pct(r.estimate),
+        pct(r.lo),
+        pct(r.hi),
+        r.n,
+        ci,
+    )
 
 
 @dataclass(frozen=True)
@@ -293,14 +304,38 @@ def delta_sentence(delta: PairedDelta, floor: NoiseFloor) -> str:
     """One line stating n, the interval, the floor and the smallest detectable effect, e.g.
     ``+4.0% [+1.2, +6.9] (n=5 paired trials, 95% t-interval; noise floor 1.1% [IQR 0.6-2.0]; detectable >= 2.8%)``."""
     ci = f"[{delta.lo_pct:+.1f}, {delta.hi_pct:+.1f}]" if np.isfinite(delta.lo_pct) else "[no interval]"
-    nf = (f"noise floor {floor.median_pct:.1f}% [IQR {floor.q25_pct:.1f}-{floor.q75_pct:.1f}]"
-          if np.isfinite(floor.median_pct) else "noise floor unknown")
+    nf = (
+        f"noise floor {floor.median_pct:.1f}% [IQR {floor.q25_pct:.1f}-{floor.q75_pct:.1f}]"
+        if np.isfinite(floor.median_pct)
+        else "noise floor unknown"
+    )
     sd = smallest_detectable_pct(delta, floor)
-    return (f"{delta.delta_pct:+.1f}% {ci} (n={delta.n} paired trials, {100 * delta.ci:.0f}% t-interval; {nf}; "
-            f"detectable >= {sd:.1f}%)" if np.isfinite(sd) else
-            f"{delta.delta_pct:+.1f}% {ci} (n={delta.n} paired trials; {nf}; no detectable effect stated)")
+    return (
+        f"{delta.delta_pct:+.1f}% {ci} (n={delta.n} paired trials, {100 * delta.ci:.0f}% t-interval; {nf}; "
+        f"detectable >= {sd:.1f}%)"
+        if np.isfinite(sd)
+        else f"{delta.delta_pct:+.1f}% {ci} (n={delta.n} paired trials; {nf}; no detectable effect stated)"
+    )
 
 
-__all__ = ["Interval", "LinearFit", "NoiseFloor", "PairedDelta", "Root", "beyond_noise", "delta_label", "delta_sentence",
-           "detectable_pct", "fieller_root", "noise_floor", "ols", "paired_delta", "paired_ratio", "self_differences",
-           "self_noise", "smallest_detectable_pct", "t_interval", "t_quantile"]
+__all__ = [
+    "Interval",
+    "LinearFit",
+    "NoiseFloor",
+    "PairedDelta",
+    "Root",
+    "beyond_noise",
+    "delta_label",
+    "delta_sentence",
+    "detectable_pct",
+    "fieller_root",
+    "noise_floor",
+    "ols",
+    "paired_delta",
+    "paired_ratio",
+    "self_differences",
+    "self_noise",
+    "smallest_detectable_pct",
+    "t_interval",
+    "t_quantile",
+]

@@ -87,9 +87,13 @@ def engine_choices() -> dict[str, Any]:
             }
         except Exception:  # noqa: BLE001 - a backend this build cannot import is not offered
             continue
-    return {"version": vllm.__version__, "platform": current_platform.device_type, "kv_cache_dtypes": dtypes,
-            "default_backend": "CPU_ATTN" if current_platform.is_cpu() and "CPU_ATTN" in backends else None,
-            "backends": backends}
+    return {
+        "version": vllm.__version__,
+        "platform": current_platform.device_type,
+        "kv_cache_dtypes": dtypes,
+        "default_backend": "CPU_ATTN" if current_platform.is_cpu() and "CPU_ATTN" in backends else None,
+        "backends": backends,
+    }
 
 
 def cached_engine_choices(timeout_s: float = 600.0) -> dict[str, Any] | None:
@@ -113,8 +117,13 @@ def cached_engine_choices(timeout_s: float = 600.0) -> dict[str, Any] | None:
     except (OSError, ValueError):
         pass
     try:
-        out = subprocess.run([sys.executable, "-m", "fp8lab.vllm_options", "--choices"], capture_output=True,
-                             text=True, timeout=timeout_s, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "fp8lab.vllm_options", "--choices"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        ).stdout
         info = json.loads(out.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError, IndexError):
         return None
@@ -138,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     info = inspect_vllm()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(info, indent=1))
-    print(f"vLLM {info['version']}: {len(info['serve_flags'])} serve flags, {len(info['engine_args'])} EngineArgs "
-          f"fields, {len(info['request_headers'])} request headers -> {args.out}")
+    print(
+        f"vLLM {info['version']}: {len(info['serve_flags'])} serve flags, {len(info['engine_args'])} EngineArgs "
+        f"fields, {len(info['request_headers'])} request headers -> {args.out}"
+    )
     return 0
 
 

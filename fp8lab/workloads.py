@@ -54,7 +54,9 @@ def parse_mix(mix: Sequence[Sequence] | Sequence[RequestClass]) -> tuple[Request
             out.append(RequestClass(**item))
         else:
             if len(item) not in (3, 4):
-                raise SpecError("Workload", "mix", item, "[name, input_len, output_len] or [name, input_len, output_len, weight]")
+                raise SpecError(
+                    "Workload", "mix", item, "[name, input_len, output_len] or [name, input_len, output_len, weight]"
+                )
             out.append(RequestClass(*item))
     if not out:
         raise SpecError("Workload", "mix", mix, "at least one request class")
@@ -139,8 +141,9 @@ def model_vocab_size(model: str) -> int:
 PromptSource = Literal["text", "random"]
 
 
-def build_requests(model: str, mix: Sequence[RequestClass], n: int, *, source: PromptSource = "text",
-                   seed: int = 0, stride: int = 997) -> tuple[Request, ...]:
+def build_requests(
+    model: str, mix: Sequence[RequestClass], n: int, *, source: PromptSource = "text", seed: int = 0, stride: int = 997
+) -> tuple[Request, ...]:
     """``n`` requests drawn from ``mix`` by weight (seeded), each with exact in/out token counts.
 
     Text prompts start at different offsets of the held-out stream (``stride`` tokens apart) so no
@@ -155,13 +158,18 @@ def build_requests(model: str, mix: Sequence[RequestClass], n: int, *, source: P
     vocab = model_vocab_size(model) if source == "random" else 0
     out = []
     for i, c in enumerate(picks):
-        ids = text_prompt(model, c.input_len, offset=i * stride) if source == "text" else random_prompt(vocab, c.input_len, rng)
+        ids = (
+            text_prompt(model, c.input_len, offset=i * stride)
+            if source == "text"
+            else random_prompt(vocab, c.input_len, rng)
+        )
         out.append(Request(prompt_token_ids=ids, max_tokens=c.output_len, cls=c.name))
     return tuple(out)
 
 
-def with_arrivals(requests: Sequence[Request], rate_per_s: float, process: Literal["constant", "poisson"] = "poisson",
-                  seed: int = 0) -> tuple[Request, ...]:
+def with_arrivals(
+    requests: Sequence[Request], rate_per_s: float, process: Literal["constant", "poisson"] = "poisson", seed: int = 0
+) -> tuple[Request, ...]:
     """Open-loop schedule: requests arrive at ``rate_per_s`` on average, constant spacing or a Poisson
     process (exponential gaps), whether or not earlier ones have finished."""
     import dataclasses

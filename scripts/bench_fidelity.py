@@ -36,46 +36,75 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-warmups", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tolerance", type=float, default=0.03)
-    ap.add_argument("--temperature", type=float, default=1.0,
-                    help="fp8lab's sampling temperature (default 1.0, as vLLM's benchmark samples; 0 is greedy)")
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="fp8lab's sampling temperature (default 1.0, as vLLM's benchmark samples; 0 is greedy)",
+    )
     ap.add_argument("--tokenizer", default=None, help="tokenizer for vLLM's benchmark (a model folder without one)")
     ap.add_argument("--load-format", default="auto", choices=["auto", "safetensors", "dummy"])
-    ap.add_argument("--prompt-source", default=None, choices=["text", "random"],
-                    help="fp8lab's prompts (default: random; vLLM's benchmark always uses random text)")
+    ap.add_argument(
+        "--prompt-source",
+        default=None,
+        choices=["text", "random"],
+        help="fp8lab's prompts (default: random; vLLM's benchmark always uses random text)",
+    )
     ap.add_argument("--kv-cache-gib", type=float, default=1.0, help="KV budget in GiB (0 or less: vLLM sizes it)")
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--max-num-seqs", type=int, default=None)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     ap.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--work-dir", default=None, help="keep the runs' logs here (default: a temporary folder)")
-    ap.add_argument("--store", default=None,
-                    help="keep every finished run here, so the same command resumes after a cut (per kv dtype)")
+    ap.add_argument(
+        "--store",
+        default=None,
+        help="keep every finished run here, so the same command resumes after a cut (per kv dtype)",
+    )
     ap.add_argument("--json-out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
 
     results, code = [], 0
     for dt in args.kv_dtype:
-        spec = EngineSpec(model=args.model, kv_cache_dtype=dt, load_format=args.load_format,
-                          skip_tokenizer_init=args.load_format == "dummy",
-                          kv_cache_gib=args.kv_cache_gib if args.kv_cache_gib > 0 else None,
-                          # headroom: vLLM's benchmark re-tokenizes its random text, which can add a few tokens
-                          max_model_len=args.max_model_len or args.input_len + args.output_len + 128,
-                          max_num_seqs=args.max_num_seqs, gpu_memory_utilization=args.gpu_memory_utilization,
-                          enforce_eager=args.enforce_eager)
+        spec = EngineSpec(
+            model=args.model,
+            kv_cache_dtype=dt,
+            load_format=args.load_format,
+            skip_tokenizer_init=args.load_format == "dummy",
+            kv_cache_gib=args.kv_cache_gib if args.kv_cache_gib > 0 else None,
+            # headroom: vLLM's benchmark re-tokenizes its random text, which can add a few tokens
+            max_model_len=args.max_model_len or args.input_len + args.output_len + 128,
+            max_num_seqs=args.max_num_seqs,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            enforce_eager=args.enforce_eager,
+        )
         wd = Path(args.work_dir) / dt if args.work_dir else None
-        res = fidelity_check(spec, args.input_len, args.output_len, args.num_prompts, rounds=args.rounds,
-                             num_warmups=args.num_warmups, tokenizer=args.tokenizer,
-                             prompt_source=args.prompt_source or "random", temperature=args.temperature,
-                             tolerance=args.tolerance, work_dir=wd, store=args.store)
+        res = fidelity_check(
+            spec,
+            args.input_len,
+            args.output_len,
+            args.num_prompts,
+            rounds=args.rounds,
+            num_warmups=args.num_warmups,
+            tokenizer=args.tokenizer,
+            prompt_source=args.prompt_source or "random",
+            temperature=args.temperature,
+            tolerance=args.tolerance,
+            work_dir=wd,
+            store=args.store,
+        )
         rows = res.pop("rows")
         print(rows.drop(columns=["error"]).to_string(index=False))
         for r in rows[rows.status != "ok"].itertuples():
             print(f"FAILED {r.who} round {r.round}: {r.error}", file=sys.stderr)
         ratio = res["ratio"]
         rounds = ", ".join(f"{r:.3f}" for r in res["round_ratios"])
-        print(f"kv_cache_dtype={dt}: fp8lab / vllm bench throughput = "
-              f"{'n/a' if ratio is None else f'{ratio:.4f}'} (rounds: {rounds}; tolerance {args.tolerance:.0%}): "
-              f"{'PASS' if res['within_tolerance'] else 'FAIL'}", flush=True)
+        print(
+            f"kv_cache_dtype={dt}: fp8lab / vllm bench throughput = "
+            f"{'n/a' if ratio is None else f'{ratio:.4f}'} (rounds: {rounds}; tolerance {args.tolerance:.0%}): "
+            f"{'PASS' if res['within_tolerance'] else 'FAIL'}",
+            flush=True,
+        )
         spread = ", ".join(f"{w} {v:.1f}%" for w, v in sorted(res["spread_pct"].items()))
         if spread:  # each tool against itself: above the tolerance, these runs are too short to resolve it
             print(f"  run to run: {spread}; resolvable at {args.tolerance:.0%}: {res['resolvable']}", flush=True)

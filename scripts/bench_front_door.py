@@ -34,11 +34,15 @@ README = ROOT / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 PARTS = {
     "setup": ("set up (`bash scripts/setup_cpu.sh`, fresh clone, no `.venv`)", ["bash", "scripts/setup_cpu.sh"]),
-    "main": ("main job after setup (`bash scripts/report_cpu.sh`, profile cpu-quick)",
-             ["bash", "scripts/report_cpu.sh", "out/cpu-quick", "cpu-quick"]),
+    "main": (
+        "main job after setup (`bash scripts/report_cpu.sh`, profile cpu-quick)",
+        ["bash", "scripts/report_cpu.sh", "out/cpu-quick", "cpu-quick"],
+    ),
     "suite": ("test suite after setup (`bash scripts/test.sh`, what CI runs)", ["bash", "scripts/test.sh"]),
-    "full": ("fuller CPU run after setup (`bash scripts/report_cpu.sh out/cpu-tiny cpu-tiny`)",
-             ["bash", "scripts/report_cpu.sh", "out/cpu-tiny", "cpu-tiny"]),
+    "full": (
+        "fuller CPU run after setup (`bash scripts/report_cpu.sh out/cpu-tiny cpu-tiny`)",
+        ["bash", "scripts/report_cpu.sh", "out/cpu-tiny", "cpu-tiny"],
+    ),
 }
 TARGETS_MIN = {"main": 10.0, "suite": 15.0}  # issue 19's targets on 2 cores
 
@@ -52,8 +56,10 @@ def machine() -> dict[str, Any]:
         cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
         cpuinfo = ""
-    cpu = next((x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")),
-               platform.processor() or "")
+    cpu = next(
+        (x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")),
+        platform.processor() or "",
+    )
     avx512, amx = isa_from_flags(parse_cpu_flags(cpuinfo))
     tier = "AMX" if amx else "AVX-512" if avx512 else "no AVX-512/AMX: no FP8 KV kernel"
     mem_gib = None
@@ -132,8 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         if "setup" not in parts:
             subprocess.check_call(["bash", "scripts/setup_cpu.sh"], cwd=clone, stdout=subprocess.DEVNULL)
         for p in dict.fromkeys(parts):  # in the order given
-            r = {**run_part(p, clone, log_dir), "commit": commit, "machine": mach,
-                 "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "python": sys.version.split()[0]}
+            r = {
+                **run_part(p, clone, log_dir),
+                "commit": commit,
+                "machine": mach,
+                "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "python": sys.version.split()[0],
+            }
             rc_all = rc_all or r["rc"]
             with open(RECORDS, "a") as f:
                 f.write(json.dumps(r) + "\n")

@@ -51,37 +51,57 @@ if __name__ == "__main__":
     for name in args.cases.split(","):
         model, kw, source = cases[name]
         layout = kvmath.load_layout(model)
-        reqs = build_requests(model, [RequestClass("c", args.input_len, args.output_len)], args.n_requests + 2,
-                              source=source, seed=1)
+        reqs = build_requests(
+            model, [RequestClass("c", args.input_len, args.output_len)], args.n_requests + 2, source=source, seed=1
+        )
         for dt in ("auto", "fp8"):
             spec = EngineSpec(model=model, kv_cache_dtype=dt, enforce_eager=True, seed=0, **kw)
             res = run_cached(spec, [Phase("warmup", reqs[:2]), Phase("main", reqs[2:])], study="h200_foundation")
             e = res.engine
-            budget = e.get("kv_budget_bytes") or (int(e["kv_available_gib_logged"] * 2**30)
-                                                  if e.get("kv_available_gib_logged") else None)
-            row = {"case": name, "kv_cache_dtype": dt, "status": res.status, "error": res.error,
-                   "run_id": res.run_dir.name if res.run_dir else None,
-                   "kv_budget_bytes": budget, "budget_source": "spec" if e.get("kv_budget_bytes") else "engine log",
-                   "engine_blocks": e.get("num_blocks"), "block_size": e.get("block_size"),
-                   "engine_tokens": e.get("kv_capacity_tokens"), "engine_start_s": e.get("engine_start_s"),
-                   "mem_after_start_bytes": e.get("mem_after_start_bytes"), "mem_peak_bytes": e.get("mem_peak_bytes"),
-                   "kv_bytes_per_token": kvmath.kv_bytes_per_token(layout, dt)}
+            budget = e.get("kv_budget_bytes") or (
+                int(e["kv_available_gib_logged"] * 2**30) if e.get("kv_available_gib_logged") else None
+            )
+            row = {
+                "case": name,
+                "kv_cache_dtype": dt,
+                "status": res.status,
+                "error": res.error,
+                "run_id": res.run_dir.name if res.run_dir else None,
+                "kv_budget_bytes": budget,
+                "budget_source": "spec" if e.get("kv_budget_bytes") else "engine log",
+                "engine_blocks": e.get("num_blocks"),
+                "block_size": e.get("block_size"),
+                "engine_tokens": e.get("kv_capacity_tokens"),
+                "engine_start_s": e.get("engine_start_s"),
+                "mem_after_start_bytes": e.get("mem_after_start_bytes"),
+                "mem_peak_bytes": e.get("mem_peak_bytes"),
+                "kv_bytes_per_token": kvmath.kv_bytes_per_token(layout, dt),
+            }
             if res.ok and budget:
                 pred = kvmath.predict_num_blocks(layout, budget, e["block_size"], dt)
-                row.update(predicted_blocks=pred, predicted_tokens=pred * e["block_size"],
-                           rel_error=(pred - e["num_blocks"]) / e["num_blocks"])
+                row.update(
+                    predicted_blocks=pred,
+                    predicted_tokens=pred * e["block_size"],
+                    rel_error=(pred - e["num_blocks"]) / e["num_blocks"],
+                )
             if res.ok:
                 main = res.records[res.records.phase == "main"]
                 ph = res.phases["main"]
-                row.update(output_tok_s=ph["output_tokens"] / ph["wall_s"], ttft_p50_s=main.ttft_s.median(),
-                           tpot_p50_s=main.tpot_s.median(), preemptions=ph["preemptions"])
+                row.update(
+                    output_tok_s=ph["output_tokens"] / ph["wall_s"],
+                    ttft_p50_s=main.ttft_s.median(),
+                    tpot_p50_s=main.tpot_s.median(),
+                    preemptions=ph["preemptions"],
+                )
             rows.append(row)
             print(json.dumps(row, default=str), flush=True)
     df = pd.DataFrame(rows)
     for case, g in df.groupby("case"):
         ok = g[g.status == "ok"].set_index("kv_cache_dtype")
         if {"auto", "fp8"} <= set(ok.index):
-            df.loc[df.case == case, "fp8_over_auto_tokens"] = ok.loc["fp8", "engine_tokens"] / ok.loc["auto", "engine_tokens"]
+            df.loc[df.case == case, "fp8_over_auto_tokens"] = (
+                ok.loc["fp8", "engine_tokens"] / ok.loc["auto", "engine_tokens"]
+            )
     df.to_csv(out / "capacity.csv", index=False)
     (out / "capacity.json").write_text(df.to_json(orient="records", indent=2))
     with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:

@@ -257,9 +257,14 @@ def main() -> None:
     ap.add_argument("store", type=Path)
     ap.add_argument("--out", type=Path, help="default: rewrite STORE in place")
     ap.add_argument("--profile", help="the profile the store was made with (Study 04's documents)")
-    ap.add_argument("--itl-exp", type=int, default=ITL_EXP, choices=range(5, 10),
-                    help=f"store ITL gaps as ticks of 10**-N s (default {ITL_EXP}: 10 ns; 5: 10 us, for stores of "
-                    "millions of gaps: a gap moves by at most 5 us, about the client's event-loop jitter)")
+    ap.add_argument(
+        "--itl-exp",
+        type=int,
+        default=ITL_EXP,
+        choices=range(5, 10),
+        help=f"store ITL gaps as ticks of 10**-N s (default {ITL_EXP}: 10 ns; 5: 10 us, for stores of "
+        "millions of gaps: a gap moves by at most 5 us, about the client's event-loop jitter)",
+    )
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="slim-store-") as tmp:
         root = Path(tmp) / "store"

@@ -83,7 +83,11 @@ def _engine_processes() -> list:
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.pid != server and p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+            if (
+                p.pid != server
+                and p.status() != psutil.STATUS_ZOMBIE
+                and "resource_tracker" not in " ".join(p.cmdline())
+            ):
                 out.append(p)
         except psutil.NoSuchProcess:
             pass

@@ -95,10 +95,19 @@ class Browser:
             raise RuntimeError("chromium not found (scripts/test.sh installs Debian's chromium)")
         self.profile = Path(tempfile.mkdtemp(prefix="fp8lab-chromium-"))
         self.proc = subprocess.Popen(
-            [binary, *[f if self.offline or not f.startswith("--host-resolver-rules=") else
-                       "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" for f in FLAGS],
-             f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-             f"--window-size={self.width},{self.height}", "about:blank"],
+            [
+                binary,
+                *[
+                    f
+                    if self.offline or not f.startswith("--host-resolver-rules=")
+                    else "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+                    for f in FLAGS
+                ],
+                f"--user-data-dir={self.profile}",
+                "--remote-debugging-port=0",
+                f"--window-size={self.width},{self.height}",
+                "about:blank",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -116,10 +125,14 @@ class Browser:
             for domain in ("Page", "Network", "Runtime", "Log"):
                 self.call(f"{domain}.enable")
             if self.offline:
-                self.call("Network.emulateNetworkConditions",
-                          {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
-            self.call("Emulation.setDeviceMetricsOverride",
-                      {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False})
+                self.call(
+                    "Network.emulateNetworkConditions",
+                    {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+                )
+            self.call(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
+            )
             self.cdp.events.clear()
         except BaseException:
             self._stop()

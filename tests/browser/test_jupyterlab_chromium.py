@@ -41,21 +41,29 @@ STEM = "00_kv_memory_estimation"
 ARTIFACTS = Path(os.environ.get("FP8LAB_TEST_ARTIFACTS", REPO_ROOT / "runs" / "test-artifacts" / "browser"))
 
 PANEL = "jupyterapp.shell.currentWidget"
-READY = (f"(() => {{ const w = window.jupyterapp && {PANEL}; return !!(w && w.content && w.context && "
-         "w.context.isReady && w.sessionContext.session && w.sessionContext.session.kernel && "
-         "w.sessionContext.session.kernel.status === 'idle' && w.content.widgets.length > 0); })()")
+READY = (
+    f"(() => {{ const w = window.jupyterapp && {PANEL}; return !!(w && w.content && w.context && "
+    "w.context.isReady && w.sessionContext.session && w.sessionContext.session.kernel && "
+    "w.sessionContext.session.kernel.status === 'idle' && w.content.widgets.length > 0); })()"
+)
 # every code cell has run (an execution count, none pending) and the kernel is idle again
-DONE = (f"(() => {{ const w = {PANEL}; const code = w.content.widgets.filter(c => c.model.type === 'code'); "
-        "return w.sessionContext.session.kernel.status === 'idle' && code.length > 0 && "
-        "code.every(c => c.model.executionCount !== null) && "
-        "!Array.from(document.querySelectorAll('.jp-InputPrompt')).some(p => p.textContent.includes('*')); })()")
-ERRORS = (f"{PANEL}.content.widgets.filter(c => c.model.type === 'code')"
-          ".flatMap(c => c.model.outputs.toJSON()).filter(o => o.output_type === 'error')"
-          ".map(o => o.ename + ': ' + o.evalue)")
-VERDICT = (f"(() => {{ const cells = {PANEL}.content.widgets; "
-           "const i = cells.findIndex(c => c.model.type === 'markdown' && "
-           "c.model.sharedModel.getSource().startsWith('## Verdict')); "
-           "return i < 0 ? null : cells.slice(i + 1).map(c => c.node.innerText).join('\\n'); })()")
+DONE = (
+    f"(() => {{ const w = {PANEL}; const code = w.content.widgets.filter(c => c.model.type === 'code'); "
+    "return w.sessionContext.session.kernel.status === 'idle' && code.length > 0 && "
+    "code.every(c => c.model.executionCount !== null) && "
+    "!Array.from(document.querySelectorAll('.jp-InputPrompt')).some(p => p.textContent.includes('*')); })()"
+)
+ERRORS = (
+    f"{PANEL}.content.widgets.filter(c => c.model.type === 'code')"
+    ".flatMap(c => c.model.outputs.toJSON()).filter(o => o.output_type === 'error')"
+    ".map(o => o.ename + ': ' + o.evalue)"
+)
+VERDICT = (
+    f"(() => {{ const cells = {PANEL}.content.widgets; "
+    "const i = cells.findIndex(c => c.model.type === 'markdown' && "
+    "c.model.sharedModel.getSource().startsWith('## Verdict')); "
+    "return i < 0 ? null : cells.slice(i + 1).map(c => c.node.innerText).join('\\n'); })()"
+)
 
 
 def _free_port() -> int:
@@ -81,10 +89,24 @@ def lab(tmp_path_factory, runs_root):
     }
     log = (home / "lab.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--expose-app-in-browser",
-         "--allow-root", "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--expose-app-in-browser",
+            "--allow-root",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -121,8 +143,10 @@ def test_run_all_in_jupyterlab_shows_the_verdict(lab):
         verdict = b.evaluate(VERDICT)
         (ARTIFACTS / "jupyterlab-00-verdict.txt").parent.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "jupyterlab-00-verdict.txt").write_text(verdict or "")
-        b.evaluate(f"{PANEL}.content.activeCellIndex = {PANEL}.content.widgets.findIndex(c => "
-                   "c.model.type === 'markdown' && c.model.sharedModel.getSource().startsWith('## Verdict'))")
+        b.evaluate(
+            f"{PANEL}.content.activeCellIndex = {PANEL}.content.widgets.findIndex(c => "
+            "c.model.type === 'markdown' && c.model.sharedModel.getSource().startsWith('## Verdict'))"
+        )
         b.evaluate(f"{PANEL}.content.scrollToItem({PANEL}.content.activeCellIndex, 'start')")
         time.sleep(1)
         b.screenshot(ARTIFACTS / "jupyterlab-00-run-all.png")

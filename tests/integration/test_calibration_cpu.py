@@ -16,7 +16,10 @@ from fp8lab.results import run_cached
 from fp8lab.specs import EngineSpec, Request
 from fp8lab.workloads import text_prompt
 
-pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 STUDY = "02_calibration_test"
 
@@ -40,8 +43,9 @@ def engines(tiny_model, scale_sets):
     out = {}
     for ss in scale_sets:
         folder = c.export_scale_set(tiny_model, ss)
-        spec = EngineSpec(model=str(folder), kv_cache_dtype="fp8", kv_cache_gib=1.0, max_model_len=2048,
-                          skip_tokenizer_init=True)
+        spec = EngineSpec(
+            model=str(folder), kv_cache_dtype="fp8", kv_cache_gib=1.0, max_model_len=2048, skip_tokenizer_init=True
+        )
         out[f"{ss.name}-{ss.strategy}"] = (folder, run_cached(spec, reqs, study=STUDY))
     return out
 
@@ -80,8 +84,14 @@ def test_cpu_reduces_per_head_scales_to_their_max(engines, scale_sets):
 
 
 def test_dynamic_scales_are_not_offered_by_vllm_032(tiny_model, runs_root):
-    spec = EngineSpec(model=tiny_model, kv_cache_dtype="fp8", kv_cache_gib=1.0, max_model_len=2048,
-                      skip_tokenizer_init=True, calculate_kv_scales=True)
+    spec = EngineSpec(
+        model=tiny_model,
+        kv_cache_dtype="fp8",
+        kv_cache_gib=1.0,
+        max_model_len=2048,
+        skip_tokenizer_init=True,
+        calculate_kv_scales=True,
+    )
     res = run_cached(spec, [Request(prompt_token_ids=(1, 2, 3), max_tokens=1)], study=STUDY)
     try:
         import importlib.metadata as md

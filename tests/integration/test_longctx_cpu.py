@@ -14,17 +14,31 @@ import pytest
 
 from fp8lab import longctx as lc
 
-pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 KV_GIB = 0.0045
 
 
 @pytest.fixture(scope="module")
 def study(tiny_model, runs_root):
-    plan = lc.LongCtxPlan(model=tiny_model, lengths=(512, 1008), output_tokens=16, concurrency=2, block_size=128,
-                          kv_cache_gib=KV_GIB, random_token_lengths=(1008,), quality_model=tiny_model,
-                          quality_random_docs=1, passkey_lengths=(256,), passkey_depths=(0.5,), top_k=3,
-                          position_bins=4)
+    plan = lc.LongCtxPlan(
+        model=tiny_model,
+        lengths=(512, 1008),
+        output_tokens=16,
+        concurrency=2,
+        block_size=128,
+        kv_cache_gib=KV_GIB,
+        random_token_lengths=(1008,),
+        quality_model=tiny_model,
+        quality_random_docs=1,
+        passkey_lengths=(256,),
+        passkey_depths=(0.5,),
+        top_k=3,
+        position_bins=4,
+    )
     res = lc.run_study(plan, study="test_longctx", progress=False)
     return plan, res, lc.tables(res)
 

@@ -24,7 +24,6 @@ pytestmark = pytest.mark.slow
 NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
 
 
-
 @pytest.fixture(scope="module")
 def runs(model_overrides, runs_root):
     params = resolved_parameters(NB03, load_profile(TEST_PROFILE), {**model_overrides, "KV_DTYPES": ["auto", "fp8"]})
@@ -84,8 +83,9 @@ def test_rtz_matches_the_cpu_cache_op_bit_for_bit():
         for scale in (1.0, 0.5, 0.0372, 3.7):
             kv = torch.zeros(1, heads, 2 * block, dim, dtype=torch.uint8)
             k_cache, v_cache = kv.chunk(2, dim=2)
-            ops.cpu_attn_reshape_and_cache(x, x, k_cache, v_cache, torch.arange(block), "vec",
-                                           k_scale=scale, v_scale=scale, kv_cache_dtype=dt)
+            ops.cpu_attn_reshape_and_cache(
+                x, x, k_cache, v_cache, torch.arange(block), "vec", k_scale=scale, v_scale=scale, kv_cache_dtype=dt
+            )
             # the V half holds token rows [block, heads, dim] (K is stored in a tiled layout)
             stored = kv[0, :, block:, :].permute(1, 0, 2).contiguous().view(fmt.torch_dtype).float()
             assert torch.equal(stored, ff.encode(x, fmt, "rtz", scale)), (dt, scale)

@@ -34,8 +34,7 @@ def source(tiny_model):
 
 @pytest.fixture(scope="module")
 def served(tiny_model, runs_root, source):
-    spec = EngineSpec(model=tiny_model, kv_cache_gib=KV_GIB, max_model_len=1024,
-                      skip_tokenizer_init=source == "random")
+    spec = EngineSpec(model=tiny_model, kv_cache_gib=KV_GIB, max_model_len=1024, skip_tokenizer_init=source == "random")
     reqs = build_requests(tiny_model, [SHORT], 8, source=source, seed=1)
     cap = build_requests(tiny_model, [CAP], 33, source=source, seed=2)
     phases = [
@@ -91,8 +90,10 @@ def test_non_streaming_client_sees_only_the_end(served):
     assert rec.ttft_s.isna().all() and rec.tpot_s.isna().all()  # no token times without reading the stream
     assert (rec.e2e_s > rec.engine_ttft_s).all() and (rec.engine_ttft_s > 0).all()
     # greedy on the same engine: the same tokens by either client
-    assert rec.sort_values("request").output_token_ids.map(list).tolist() == \
-        closed.sort_values("request").output_token_ids.map(list).tolist()
+    assert (
+        rec.sort_values("request").output_token_ids.map(list).tolist()
+        == closed.sort_values("request").output_token_ids.map(list).tolist()
+    )
     start, end = rec.sent_s.to_numpy(), (rec.sent_s + rec.e2e_s).to_numpy()
     assert max(((start <= t) & (t < end)).sum() for t in start) == 2  # still two in flight
 
@@ -136,5 +137,9 @@ def test_fidelity_against_vllm_bench(tiny_model, tmp_path):
     assert not (folder / "round0-fp8lab" / "result.pkl").exists() and (folder / "round0-bench" / "bench.log").exists()
     again = serving.fidelity_check(spec, 256, 64, 160, rounds=1, num_warmups=2, store=store, progress=False)
     assert again["rows"].cached.all() and again["ratio"] == res["ratio"]
-    assert sorted(p.name for p in folder.glob("round0-*")) == ["round0-bench", "round0-bench.json", "round0-fp8lab",
-                                                                "round0-fp8lab.json"]  # nothing ran a second time
+    assert sorted(p.name for p in folder.glob("round0-*")) == [
+        "round0-bench",
+        "round0-bench.json",
+        "round0-fp8lab",
+        "round0-fp8lab.json",
+    ]  # nothing ran a second time

@@ -43,9 +43,7 @@ def test_nb01_says_what_was_not_measured(no_native_fp8, run_nb, model_overrides)
 
 
 def test_nb03_runs_fp8_emulated(no_native_fp8, run_nb, model_overrides):
-    _, s = run_nb(
-        NOTEBOOKS_DIR / "03_quality_token_match.ipynb", {**model_overrides, "KV_DTYPES": ["auto", "fp8"]}
-    )
+    _, s = run_nb(NOTEBOOKS_DIR / "03_quality_token_match.ipynb", {**model_overrides, "KV_DTYPES": ["auto", "fp8"]})
     emu = "fp8 (emulated)"
     assert s["labels"] == ["auto", emu]
     assert s[f"{emu}.status"] == "ok" and not any(k.startswith("fp8.") for k in s)  # never mixed with native
@@ -57,8 +55,9 @@ def test_nb03_runs_fp8_emulated(no_native_fp8, run_nb, model_overrides):
     assert s["emulation_vs_native"].startswith("Emulated vs native FP8: not compared here")
 
 
-def test_nb07_measures_auto_and_says_fp8_was_not_measured(no_native_fp8, run_nb, model_overrides, tmp_path,
-                                                           monkeypatch):
+def test_nb07_measures_auto_and_says_fp8_was_not_measured(
+    no_native_fp8, run_nb, model_overrides, tmp_path, monkeypatch
+):
     """Study 07 (prefix cache): an emulated FP8 cache keeps auto's block count, so it cannot stand in for the study's
     effect (twice the blocks); fp8 is refused before any engine starts, auto is measured, and the run stays
     incomplete so that a device with the kernel fills fp8 in."""

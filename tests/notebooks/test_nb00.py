@@ -7,7 +7,10 @@ import pytest
 from fp8lab.paths import NOTEBOOKS_DIR
 from fp8lab.report import TEST_PROFILE, load_profile, parameters_for, run_notebook
 
-pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,19 @@ import pytest
 from fp8lab.paths import NOTEBOOKS_DIR
 from fp8lab.report import TEST_PROFILE, load_profile
 
-pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 NB = NOTEBOOKS_DIR / "01_kv_dtype_auto_vs_fp8.ipynb"
 
 
 @pytest.fixture(scope="module")
 def summary(run_nb, tiny_model):
-    assert "01_kv_dtype_auto_vs_fp8" in (load_profile(TEST_PROFILE).get("notebooks") or {}), \
+    assert "01_kv_dtype_auto_vs_fp8" in (load_profile(TEST_PROFILE).get("notebooks") or {}), (
         "fp8lab/profiles.yaml: cpu-tiny needs its notebooks.01_kv_dtype_auto_vs_fp8 entry (the small settings)"
+    )
     return run_nb(NB, {"MODEL": tiny_model})[1]
 
 

@@ -9,7 +9,10 @@ import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
 
-pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 NB03 = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
 

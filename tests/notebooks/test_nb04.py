@@ -11,10 +11,12 @@ from fp8lab import kvmath
 from fp8lab import longctx as lc
 from fp8lab.paths import NOTEBOOKS_DIR
 
-pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
 
 NB04 = NOTEBOOKS_DIR / "04_long_context_ramp_128k.ipynb"
-
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,9 @@ def nb04(run_nb, tiny_model):
 
 
 def _blocks(plan: lc.LongCtxPlan, dt: str, bs: int) -> int:
-    return kvmath.predict_num_blocks(plan.model, int(plan.kv_cache_gib * kvmath.GIB), bs, dt, hybrid_kv_cache_manager=False)
+    return kvmath.predict_num_blocks(
+        plan.model, int(plan.kv_cache_gib * kvmath.GIB), bs, dt, hybrid_kv_cache_manager=False
+    )
 
 
 def test_boundary_measured_equals_formula(nb04):
@@ -34,7 +38,9 @@ def test_boundary_measured_equals_formula(nb04):
     for dt in plan.kv_dtypes:
         assert s[f"{dt}.num_blocks_engine"] == s[f"{dt}.num_blocks_formula"] == _blocks(plan, dt, bs)
         assert s[f"{dt}.over_status"] == "oom"  # one block beyond the prediction fails at start...
-        assert s[f"{dt}.longest_measured"] == s[f"{dt}.longest_formula"] == lc.longest_context(_blocks(plan, dt, bs), bs)
+        assert (
+            s[f"{dt}.longest_measured"] == s[f"{dt}.longest_formula"] == lc.longest_context(_blocks(plan, dt, bs), bs)
+        )
     assert s["fp8.longest_measured"] >= 2 * s["auto.longest_measured"]  # ...and fp8 holds twice the context
 
 
@@ -49,7 +55,10 @@ def test_ramp_ran_every_length(nb04):
             assert s[f"{dt}.c1.L{L}.outcome"] == ("ok" if fits else "over_capacity")
         short, long_ = plan.lengths[0], max(L for L in plan.lengths if s[f"{dt}.c1.L{L}.outcome"] == "ok")
         assert s[f"{dt}.c1.L{long_}.ttft_p50_s"] > s[f"{dt}.c1.L{short}.ttft_p50_s"] > 0  # prefill grows with length
-        assert s[f"{dt}.c1.L{short}.itl_p50_s"] > 0 and s[f"{dt}.c1.L{short}.itl_p95_s"] >= s[f"{dt}.c1.L{short}.itl_p50_s"]
+        assert (
+            s[f"{dt}.c1.L{short}.itl_p50_s"] > 0
+            and s[f"{dt}.c1.L{short}.itl_p95_s"] >= s[f"{dt}.c1.L{short}.itl_p50_s"]
+        )
 
 
 def test_concurrency_outcome_follows_the_formula(nb04):

@@ -13,7 +13,10 @@ import pytest
 from fp8lab import decode, kvmath
 from fp8lab.paths import NOTEBOOKS_DIR
 
-pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # fp8 decode steps: skipped without the kernel (test_degraded.py covers the reduced 06)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # fp8 decode steps: skipped without the kernel (test_degraded.py covers the reduced 06)
 
 NB06 = NOTEBOOKS_DIR / "06_decode_speed.ipynb"
 

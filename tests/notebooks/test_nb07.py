@@ -10,7 +10,10 @@ import pytest
 from fp8lab import prefix as px
 from fp8lab.paths import NOTEBOOKS_DIR
 
-pytestmark = [pytest.mark.slow, pytest.mark.native_fp8]  # the fp8 engine needs the kernel; fp8 unsupported is covered in tests/unit/test_prefix.py
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # the fp8 engine needs the kernel; fp8 unsupported is covered in tests/unit/test_prefix.py
 
 NB07 = NOTEBOOKS_DIR / "07_prefix_cache.ipynb"
 

@@ -17,10 +17,17 @@ pytestmark = pytest.mark.slow
 
 def test_the_audit_knows_where_this_runs_studies_ran(tmp_path, runs_root):
     out = tmp_path / "fresh"
-    summary = run_profile("cpu-tiny", out, notebooks=["00", "05"], progress=False,
-                          overrides={"MEASURE": False, "ENGINE_RECORDS": [], "OTHER_REPORTS": []})
+    summary = run_profile(
+        "cpu-tiny",
+        out,
+        notebooks=["00", "05"],
+        progress=False,
+        overrides={"MEASURE": False, "ENGINE_RECORDS": [], "OTHER_REPORTS": []},
+    )
     assert {k: v["status"] for k, v in summary["ran_now"].items()} == {
-        "00_kv_memory_estimation": "ok", "05_claims_audit": "ok"}
+        "00_kv_memory_estimation": "ok",
+        "05_claims_audit": "ok",
+    }
     audit = json.loads((out / "05_claims_audit.summary.json").read_text())
     device = provenance(with_torch=False)["device"]  # this machine: "CPU: <model name>"
     setting = audit["settings"]["fresh"]["00_kv_memory_estimation"]

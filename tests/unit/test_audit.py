@@ -827,8 +827,10 @@ def test_the_committed_reports_verdicts():
     assert not [r for r in rows.values() if r["verdict"] == REFUTED and r["basis"] == audit.CPU_EVIDENCE]
     # Study 07 on the H200 (2026-12-01): equal hit rates while auto's cache holds the working set, fp8 ahead beyond
     assert rows["16"]["by_report"]["h200"] == REFUTED and rows["16"]["basis"] == "GPU evidence"
-    assert "[h200] qwen3-8b on NVIDIA H200, 4 GiB KV: chat: |fp8 - auto| <= 0.0 pp while auto holds; beyond auto's " \
+    assert (
+        "[h200] qwen3-8b on NVIDIA H200, 4 GiB KV: chat: |fp8 - auto| <= 0.0 pp while auto holds; beyond auto's "
         "knee, N=64: 10.9% -> 51.0%" in rows["16"]["measured"]
+    )
 
 
 def test_the_cpu_report_alone_decides_only_what_a_cpu_can():

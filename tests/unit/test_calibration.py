@@ -176,8 +176,13 @@ def test_export_per_head_writes_names_shapes_and_config(tiny_ckpt, tmp_path):
     assert k1.flatten().tolist() == pytest.approx([0.3, 0.4])
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["quantization_config"]["quant_method"] == "compressed-tensors"
-    assert cfg["quantization_config"]["kv_cache_scheme"] == {"num_bits": 8, "type": "float", "strategy": "attn_head",
-                                                            "dynamic": False, "symmetric": True}
+    assert cfg["quantization_config"]["kv_cache_scheme"] == {
+        "num_bits": 8,
+        "type": "float",
+        "strategy": "attn_head",
+        "dynamic": False,
+        "symmetric": True,
+    }
     assert kv_cache_scheme(str(out))["strategy"] == "attn_head"
     assert (out / "model.safetensors").is_symlink() and (out / "tokenizer.json").is_file()
     assert json.loads((tiny_ckpt / "config.json").read_text()).get("quantization_config") is None  # source untouched
@@ -192,7 +197,9 @@ def test_export_per_tensor_and_refusals(tiny_ckpt, tmp_path):
     with safe_open(str(out / c.SCALES_FILE), framework="pt") as st:
         assert st.get_tensor("model.layers.0.self_attn.k_scale").shape == (1,)
         assert st.get_tensor("model.layers.1.self_attn.v_scale").tolist() == pytest.approx([0.8])
-    assert json.loads((out / "config.json").read_text())["quantization_config"]["kv_cache_scheme"]["strategy"] == "tensor"
+    assert (
+        json.loads((out / "config.json").read_text())["quantization_config"]["kv_cache_scheme"]["strategy"] == "tensor"
+    )
     assert not (out / "model.safetensors").is_symlink()
     e5 = c.ScaleSet("x", "e5m2", "tensor", [[1.0, 1.0]] * 2, [[1.0, 1.0]] * 2)
     with pytest.raises(SpecError, match="e4m3"):
@@ -218,8 +225,13 @@ def test_batches_group_equal_lengths():
 
 
 def test_draw_samples_are_exact_windows_and_refuse_too_many():
-    pool = c.CalibrationPool(segments=(tuple(range(10)), tuple(range(100, 105))), docs=("a",), excluded_docs=(),
-                             excluded_spans=0, roles=("val",))
+    pool = c.CalibrationPool(
+        segments=(tuple(range(10)), tuple(range(100, 105))),
+        docs=("a",),
+        excluded_docs=(),
+        excluded_spans=0,
+        roles=("val",),
+    )
     s = c.draw_samples(pool, 3, 3, seed=1)
     assert len(s) == 3 and all(len(x) == 3 for x in s)
     assert len(set(s)) == 3  # distinct, non-overlapping windows; none crosses a segment's end

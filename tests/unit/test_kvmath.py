@@ -485,8 +485,10 @@ def test_summary_and_verdict_of_the_study(tmp_path):
     assert "1,536 B/token vs 3,072" in text and "matches exactly" in text
     json.dumps(s)  # JSON-ready for report.record_summary
     # one engine refused (no FP8 KV kernel): the ok engine's missing error (NaN from its table row) is not shown
-    m = {"auto": {**s["measured"]["auto"], "error": float("nan")},
-         "fp8": {**s["measured"]["fp8"], "status": "unsupported", "error": "no FP8 KV kernel"}}
+    m = {
+        "auto": {**s["measured"]["auto"], "error": float("nan")},
+        "fp8": {**s["measured"]["fp8"], "status": "unsupported", "error": "no FP8 KV kernel"},
+    }
     text = verdict_markdown({**s, "measured": m, "measured_ok": False})
     assert "not every engine gave figures (`auto`: ok, `fp8`: unsupported (no FP8 KV kernel))." in text
 

@@ -42,8 +42,15 @@ def test_linear_grid_is_the_reports_ramp():
     assert len(lc.length_grid("linear", 1024, 131072, 32, step=1024)) == 128  # 1K, 2K, ..., 127K, 131040
 
 
-@pytest.mark.parametrize("args,kw", [(("cubic", 1, 100, 1), {}), (("geometric", 1024, 1000, 32), {}),
-                                     (("geometric", 16, 100, 4), {"factor": 1.0}), (("linear", 16, 100, 4), {"step": 0})])
+@pytest.mark.parametrize(
+    "args,kw",
+    [
+        (("cubic", 1, 100, 1), {}),
+        (("geometric", 1024, 1000, 32), {}),
+        (("geometric", 16, 100, 4), {"factor": 1.0}),
+        (("linear", 16, 100, 4), {"step": 0}),
+    ],
+)
 def test_grid_rejects_bad_values(args, kw):
     with pytest.raises(SpecError):
         lc.length_grid(*args, **kw)
@@ -120,7 +127,7 @@ def test_passkey_items_exact_length_and_needle_where_asked():
         question = tok.encode(lc.PASSKEY_QUESTION, add_special_tokens=False)
         hay = it.length - len(task) - len(needle) - len(question)
         assert it.needle_pos == len(task) + round(it.depth * hay)
-        assert list(it.prompt[-len(question):]) == question
+        assert list(it.prompt[-len(question) :]) == question
     with pytest.raises(SpecError):
         lc.passkey_items(TINY, [40], [0.5])  # shorter than task + needle + question
 
@@ -151,9 +158,11 @@ def test_tiny_model_boundary_at_003_gib():
     assert lc.predicted_num_blocks(plan, "auto", 128) == 81
     assert lc.predicted_num_blocks(plan, "fp8", 128) == 163
     assert lc.longest_context(81, 128) == 10240 and lc.longest_context(163, 128) == 20736
-    msg = ("ValueError: To serve at least one request with the model's max seq len (10368), (0.03 GiB KV cache is "
-           "needed, which is larger than the available KV cache memory (0.03 GiB). Based on the available memory, "
-           "the estimated maximum model length is 10240. Try increasing `gpu_memory_utilization`")
+    msg = (
+        "ValueError: To serve at least one request with the model's max seq len (10368), (0.03 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (0.03 GiB). Based on the available memory, "
+        "the estimated maximum model length is 10240. Try increasing `gpu_memory_utilization`"
+    )
     assert lc.parse_estimated_max_len(msg) == 10240
     assert lc.parse_estimated_max_len("CUDA error: out of memory") is None and lc.parse_estimated_max_len(None) is None
 
@@ -162,8 +171,13 @@ def test_qwen3_8b_boundary_at_24_gib():
     """Qwen3-8B: 2 x 36 layers x 8 heads x 128 x 2 B = 147,456 B/token; 16-token blocks of 2,359,296 B (auto) /
     1,179,648 B (fp8); 24 GiB -> 10,922 / 21,845 blocks -> 174,736 / 349,504 tokens; at 131,072 tokens
     (8,192 blocks per sequence) auto holds 1 sequence, fp8 2."""
-    plan = lc.LongCtxPlan(model="data/configs/qwen3-8b-128k", lengths=(1024, 131040), kv_cache_gib=24.0,
-                          block_size=16, load_format="dummy")
+    plan = lc.LongCtxPlan(
+        model="data/configs/qwen3-8b-128k",
+        lengths=(1024, 131040),
+        kv_cache_gib=24.0,
+        block_size=16,
+        load_format="dummy",
+    )
     nb = {dt: lc.predicted_num_blocks(plan, dt, 16) for dt in ("auto", "fp8")}
     assert nb == {"auto": 10922, "fp8": 21845}
     assert lc.longest_context(nb["auto"], 16) == 174736 and lc.longest_context(nb["fp8"], 16) == 349504
@@ -234,10 +248,16 @@ def test_decode_overlap_peak():
 # ------------------------------------------------------------------------------------------ divergence
 def test_position_divergence_by_hand():
     lp = math.log
-    base = {"prompt_token_logprobs": [float("nan"), lp(0.5), lp(0.6)],
-            "prompt_topk_ids": [[], [5, 6], [7, 8]], "prompt_topk_logprobs": [[], [lp(0.5), lp(0.3)], [lp(0.6), lp(0.2)]]}
-    cand = {"prompt_token_logprobs": [float("nan"), lp(0.4), lp(0.6)],
-            "prompt_topk_ids": [[], [6, 5], [7, 8]], "prompt_topk_logprobs": [[], [lp(0.45), lp(0.4)], [lp(0.6), lp(0.2)]]}
+    base = {
+        "prompt_token_logprobs": [float("nan"), lp(0.5), lp(0.6)],
+        "prompt_topk_ids": [[], [5, 6], [7, 8]],
+        "prompt_topk_logprobs": [[], [lp(0.5), lp(0.3)], [lp(0.6), lp(0.2)]],
+    }
+    cand = {
+        "prompt_token_logprobs": [float("nan"), lp(0.4), lp(0.6)],
+        "prompt_topk_ids": [[], [6, 5], [7, 8]],
+        "prompt_topk_logprobs": [[], [lp(0.45), lp(0.4)], [lp(0.6), lp(0.2)]],
+    }
     df = lc.position_divergence(base, cand, [1, 5, 7], top_k=2)
     assert list(df.pos) == [1, 2]
     assert list(df.top1) == [0.0, 1.0] and list(df.top2) == [1.0, 1.0]
@@ -249,9 +269,17 @@ def test_position_divergence_by_hand():
 
 
 def test_divergence_bins_and_trend():
-    div = pd.DataFrame({"pos": np.arange(1, 9), "top1": [1, 1, 1, 1, 1, 0, 1, 0], "top5": 1.0,
-                        "abs_dlogprob": [0.1, 0.1, 0.1, 0.1, 0.2, 0.2, 0.4, 0.4], "kl": 0.0, "nll_base": 1.0,
-                        "nll_cand": 1.0}).assign(kv_dtype="fp8", source="text", doc=0)
+    div = pd.DataFrame(
+        {
+            "pos": np.arange(1, 9),
+            "top1": [1, 1, 1, 1, 1, 0, 1, 0],
+            "top5": 1.0,
+            "abs_dlogprob": [0.1, 0.1, 0.1, 0.1, 0.2, 0.2, 0.4, 0.4],
+            "kl": 0.0,
+            "nll_base": 1.0,
+            "nll_cand": 1.0,
+        }
+    ).assign(kv_dtype="fp8", source="text", doc=0)
     b = lc.divergence_by_position(div, bins=4, length=8)  # width 2: bins 0 (pos 1), 2, 4, 6, 8 (pos 8)
     assert list(b.pos_bin) == [0, 2, 4, 6, 8] and list(b.n) == [1, 2, 2, 2, 1]
     assert list(b.flip_rate) == [0.0, 0.0, 0.0, 0.5, 1.0]  # flips at positions 6 and 8
@@ -281,8 +309,14 @@ def test_phase_names_round_trip():
 
 
 def test_ramp_phases_and_fit():
-    plan = lc.LongCtxPlan(model=TINY, lengths=(512, 1008), output_tokens=16, concurrency=2, requests_per_length=2,
-                          random_token_lengths=(1008,))
+    plan = lc.LongCtxPlan(
+        model=TINY,
+        lengths=(512, 1008),
+        output_tokens=16,
+        concurrency=2,
+        requests_per_length=2,
+        random_token_lengths=(1008,),
+    )
     phases = lc.ramp_phases(plan)
     names = [p.name for p in phases]
     assert names == ["warmup", "ramp-c1-L512", "ramp-c1-L1008", "ramp-c2-L512", "ramp-c2-L1008", "randtok-L1008"]
@@ -310,10 +344,14 @@ def _fake_runner(plan: lc.LongCtxPlan, fp8_faster_from: int = 4096, device_kv_gi
         nb = kvmath.predict_num_blocks(spec.model, int(gib * kvmath.GIB), bs, spec.kv_cache_dtype)
         longest = lc.longest_context(nb, bs)
         if spec.block_size == 16:
-            return EngineResult("unsupported", "No common block size for 16", {}, pd.DataFrame(), pd.DataFrame(), {}, {})
+            return EngineResult(
+                "unsupported", "No common block size for 16", {}, pd.DataFrame(), pd.DataFrame(), {}, {}
+            )
         if spec.max_model_len > longest:
-            err = (f"ValueError: To serve at least one request with the model's max seq len ({spec.max_model_len}) ... "
-                   f"larger than the available KV cache memory. the estimated maximum model length is {longest}. Try")
+            err = (
+                f"ValueError: To serve at least one request with the model's max seq len ({spec.max_model_len}) ... "
+                f"larger than the available KV cache memory. the estimated maximum model length is {longest}. Try"
+            )
             return EngineResult("oom", err, {}, pd.DataFrame(), pd.DataFrame(), {}, {})
         rows, ph = [], {}
         slope = 1e-8 if spec.kv_cache_dtype == "auto" else 0.5e-8
@@ -322,24 +360,46 @@ def _fake_runner(plan: lc.LongCtxPlan, fp8_faster_from: int = 4096, device_kv_gi
                 L = r.prompt_len
                 ttft = 0.01 + 1e-6 * L + 1e-10 * L**2
                 itl = 0.010 + slope * L + (0.001 if spec.kv_cache_dtype != "auto" and L < fp8_faster_from else 0)
-                row = {"phase": p.name, "request": i, "cls": r.cls, "tag": r.tag, "prompt_tokens": L,
-                       "output_tokens": r.max_tokens, "sent_s": 0.0, "ttft_s": ttft, "itl_s": [itl] * (r.max_tokens - 1),
-                       "tpot_s": itl, "e2e_s": ttft + itl * (r.max_tokens - 1), "num_preemptions": 0,
-                       "output_token_ids": [5] * r.max_tokens}
+                row = {
+                    "phase": p.name,
+                    "request": i,
+                    "cls": r.cls,
+                    "tag": r.tag,
+                    "prompt_tokens": L,
+                    "output_tokens": r.max_tokens,
+                    "sent_s": 0.0,
+                    "ttft_s": ttft,
+                    "itl_s": [itl] * (r.max_tokens - 1),
+                    "tpot_s": itl,
+                    "e2e_s": ttft + itl * (r.max_tokens - 1),
+                    "num_preemptions": 0,
+                    "output_token_ids": [5] * r.max_tokens,
+                }
                 if r.prompt_logprobs is not None:
                     n = L
                     noise = 0.0 if spec.kv_cache_dtype == "auto" else 0.01
-                    row.update(prompt_token_logprobs=[float("nan")] + [-1.0 - noise] * (n - 1),
-                               prompt_topk_ids=[[]] + [[r.prompt_token_ids[j], 1] for j in range(1, n)],
-                               prompt_topk_logprobs=[[]] + [[-1.0 - noise, -2.0]] * (n - 1))
+                    row.update(
+                        prompt_token_logprobs=[float("nan")] + [-1.0 - noise] * (n - 1),
+                        prompt_topk_ids=[[]] + [[r.prompt_token_ids[j], 1] for j in range(1, n)],
+                        prompt_topk_logprobs=[[]] + [[-1.0 - noise, -2.0]] * (n - 1),
+                    )
                 rows.append(row)
             conc = len(p.requests) if p.concurrency and p.concurrency > 1 else 1
             L = max(r.prompt_len + r.max_tokens for r in p.requests)
             over = conc * lc.blocks_for(L, bs) > nb - 1  # the pool cannot hold them all: vLLM preempts
-            ph[p.name] = {"wall_s": 1.0, "preemptions": 1.0 if over else 0.0, "mem_peak_bytes": 2**30,
-                          "kv_usage_peak": conc * lc.blocks_for(L, bs) / (nb - 1)}
-        eng = {"num_blocks": nb, "block_size": bs, "max_model_len": spec.max_model_len, "max_num_seqs": 256,
-               "kv_budget_bytes": int(gib * kvmath.GIB)}
+            ph[p.name] = {
+                "wall_s": 1.0,
+                "preemptions": 1.0 if over else 0.0,
+                "mem_peak_bytes": 2**30,
+                "kv_usage_peak": conc * lc.blocks_for(L, bs) / (nb - 1),
+            }
+        eng = {
+            "num_blocks": nb,
+            "block_size": bs,
+            "max_model_len": spec.max_model_len,
+            "max_num_seqs": 256,
+            "kv_budget_bytes": int(gib * kvmath.GIB),
+        }
         return EngineResult("ok", None, eng, pd.DataFrame(rows), pd.DataFrame(columns=["phase"]), ph, {})
 
     return runner, calls
@@ -347,10 +407,22 @@ def _fake_runner(plan: lc.LongCtxPlan, fp8_faster_from: int = 4096, device_kv_gi
 
 @pytest.fixture(scope="module")
 def fake_study():
-    plan = lc.LongCtxPlan(model=TINY, lengths=lc.length_grid("geometric", 512, 8192, 32), output_tokens=32,
-                          concurrency=2, kv_cache_gib=0.03, block_size=128, random_token_lengths=(8160,),
-                          sweep_block_sizes=(16, 256), sweep_dtypes=("auto", "fp8"), sweep_lengths=(8160,),
-                          quality_model=TINY, quality_length=600, passkey_lengths=(256,), passkey_depths=(0.5,))
+    plan = lc.LongCtxPlan(
+        model=TINY,
+        lengths=lc.length_grid("geometric", 512, 8192, 32),
+        output_tokens=32,
+        concurrency=2,
+        kv_cache_gib=0.03,
+        block_size=128,
+        random_token_lengths=(8160,),
+        sweep_block_sizes=(16, 256),
+        sweep_dtypes=("auto", "fp8"),
+        sweep_lengths=(8160,),
+        quality_model=TINY,
+        quality_length=600,
+        passkey_lengths=(256,),
+        passkey_depths=(0.5,),
+    )
     runner, calls = _fake_runner(plan)
     res = lc.run_study(plan, runner=runner, progress=False)
     return plan, res, lc.tables(res), calls
@@ -397,8 +469,14 @@ def test_fake_study_tables(fake_study):
 def test_fake_study_short_budget_runs_what_fits():
     """0.01 GiB: auto holds 3,328 tokens (26 blocks), fp8 6,784: the ramp to 8,192 does not fit either; each
     engine starts at its own boundary (arithmetic) and the longer lengths are recorded, not sent."""
-    plan = lc.LongCtxPlan(model=TINY, lengths=lc.length_grid("geometric", 512, 8192, 32), output_tokens=32,
-                          concurrency=2, kv_cache_gib=0.01, block_size=128)
+    plan = lc.LongCtxPlan(
+        model=TINY,
+        lengths=lc.length_grid("geometric", 512, 8192, 32),
+        output_tokens=32,
+        concurrency=2,
+        kv_cache_gib=0.01,
+        block_size=128,
+    )
     runner, calls = _fake_runner(plan)
     res = lc.run_study(plan, runner=runner, progress=False)
     assert [s.max_model_len for s in calls] == [3328, 6784, 3328 + 128, 6784 + 128]
@@ -414,8 +492,14 @@ def test_fake_study_short_budget_runs_what_fits():
 def test_fake_study_vllm_sized_cache_finds_the_boundary_by_its_error():
     """No budget (a GPU's own sizing): the ramp asks for the full length, vLLM refuses and states its maximum,
     the ramp runs again at exactly that; no probe is needed."""
-    plan = lc.LongCtxPlan(model=TINY, lengths=lc.length_grid("geometric", 512, 8192, 32), output_tokens=32,
-                          concurrency=1, kv_cache_gib=None, block_size=128)
+    plan = lc.LongCtxPlan(
+        model=TINY,
+        lengths=lc.length_grid("geometric", 512, 8192, 32),
+        output_tokens=32,
+        concurrency=1,
+        kv_cache_gib=None,
+        block_size=128,
+    )
     runner, calls = _fake_runner(plan, device_kv_gib=0.01)
     res = lc.run_study(plan, runner=runner, progress=False)
     assert [s.max_model_len for s in calls] == [8192, 3328, 8192, 6784]

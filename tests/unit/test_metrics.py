@@ -15,9 +15,18 @@ from fp8lab.specs import EngineSpec, SpecError
 from fp8lab.workloads import RequestClass
 
 TINY_CONFIG = {  # the shipped model's shape (fp8lab-tiny-qwen3)
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "torch_dtype": "bfloat16", "hidden_size": 256,
-    "intermediate_size": 768, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 64, "vocab_size": 8192, "tie_word_embeddings": True, "max_position_embeddings": 131072,
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "torch_dtype": "bfloat16",
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 8192,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 131072,
 }
 
 
@@ -40,9 +49,16 @@ def test_percentiles_drop_nan_and_handle_empty():
 
 
 def test_explode_itl_and_latency_table():
-    rec = pd.DataFrame({"kv_dtype": ["auto", "auto", "fp8"], "cls": ["a", "a", "a"],
-                        "ttft_s": [0.1, 0.3, 0.2], "tpot_s": [0.01, 0.02, 0.03], "e2e_s": [1.0, 2.0, 3.0],
-                        "itl_s": [[0.01, 0.02], [0.03], [0.04, 0.05, 0.06]]})
+    rec = pd.DataFrame(
+        {
+            "kv_dtype": ["auto", "auto", "fp8"],
+            "cls": ["a", "a", "a"],
+            "ttft_s": [0.1, 0.3, 0.2],
+            "tpot_s": [0.01, 0.02, 0.03],
+            "e2e_s": [1.0, 2.0, 3.0],
+            "itl_s": [[0.01, 0.02], [0.03], [0.04, 0.05, 0.06]],
+        }
+    )
     ex = metrics.explode_itl(rec, keep=("kv_dtype",))
     assert len(ex) == 6 and ex.gap.tolist() == [0, 1, 0, 0, 1, 2]
     assert ex[ex.kv_dtype == "auto"].itl_s.tolist() == [0.01, 0.02, 0.03]
@@ -98,8 +114,9 @@ def test_cluster_bootstrap_is_wider_when_clusters_differ():
 
 def test_decode_steps_hand_computed():
     # r0: sent 0, first token at 1.0, then 2.0, 3.0 (prompt 10); r1: sent 0.5, tokens at 1.5, 2.5 (prompt 20)
-    rec = pd.DataFrame({"sent_s": [0.0, 0.5], "ttft_s": [1.0, 1.0], "prompt_tokens": [10, 20],
-                        "itl_s": [[1.0, 1.0], [1.0]]})
+    rec = pd.DataFrame(
+        {"sent_s": [0.0, 0.5], "ttft_s": [1.0, 1.0], "prompt_tokens": [10, 20], "itl_s": [[1.0, 1.0], [1.0]]}
+    )
     s = metrics.decode_steps(rec).sort_values("t_s").reset_index(drop=True)
     assert s.t_s.tolist() == [2.0, 2.5, 3.0]
     assert s.batch.tolist() == [2, 2, 1]
@@ -148,31 +165,53 @@ def engine(tmp_path):
     import json
 
     (tmp_path / "config.json").write_text(json.dumps(TINY_CONFIG))
-    return EngineSpec(model=str(tmp_path), kv_cache_gib=0.0234375, max_model_len=2048, load_format="dummy",
-                      skip_tokenizer_init=True)
+    return EngineSpec(
+        model=str(tmp_path), kv_cache_gib=0.0234375, max_model_len=2048, load_format="dummy", skip_tokenizer_init=True
+    )
 
 
 MIX = [["short", 128, 16, 6], ["medium", 512, 32, 3], ["long", 1536, 64, 1]]
 
 
 def _plan(engine, **kw):
-    base = dict(mix=MIX, concurrency=[1, 4], closed_loop_requests=6, rates=[5.0], open_loop_requests=6,
-                warmup_requests=2, capacity_shape=(96, 64), capacity_factors=(), prompt_source="random")
+    base = dict(
+        mix=MIX,
+        concurrency=[1, 4],
+        closed_loop_requests=6,
+        rates=[5.0],
+        open_loop_requests=6,
+        warmup_requests=2,
+        capacity_shape=(96, 64),
+        capacity_factors=(),
+        prompt_source="random",
+    )
     base.update(kw)
     return serving.ServingPlan(engine, **base)
 
 
 def test_trial_order_interleaves():
-    assert serving.trial_order(["auto", "fp8"], 3) == [(0, "auto"), (0, "fp8"), (1, "auto"), (1, "fp8"),
-                                                       (2, "auto"), (2, "fp8")]
+    assert serving.trial_order(["auto", "fp8"], 3) == [
+        (0, "auto"),
+        (0, "fp8"),
+        (1, "auto"),
+        (1, "fp8"),
+        (2, "auto"),
+        (2, "fp8"),
+    ]
 
 
 def test_plan_validation_names_the_field(engine):
-    for kw, field in ((dict(trials=2), "trials"), (dict(kv_dtypes=["auto"]), "kv_dtypes"),
-                      (dict(kv_dtypes=["auto", "fp9"]), "kv_dtypes"), (dict(rates=[0.0]), "rates"),
-                      (dict(arrivals=["burst"]), "arrivals"), (dict(capacity_shape=(2000, 100)), "capacity_shape"),
-                      (dict(mix=[["huge", 2000, 100]]), "mix[huge]"), (dict(prompt_source="web"), "prompt_source"),
-                      (dict(naive_concurrency=[2]), "naive_concurrency")):
+    for kw, field in (
+        (dict(trials=2), "trials"),
+        (dict(kv_dtypes=["auto"]), "kv_dtypes"),
+        (dict(kv_dtypes=["auto", "fp9"]), "kv_dtypes"),
+        (dict(rates=[0.0]), "rates"),
+        (dict(arrivals=["burst"]), "arrivals"),
+        (dict(capacity_shape=(2000, 100)), "capacity_shape"),
+        (dict(mix=[["huge", 2000, 100]]), "mix[huge]"),
+        (dict(prompt_source="web"), "prompt_source"),
+        (dict(naive_concurrency=[2]), "naive_concurrency"),
+    ):
         with pytest.raises(SpecError) as err:
             _plan(engine, **kw)
         assert err.value.field == field, (kw, str(err.value))
@@ -195,8 +234,16 @@ def test_phase_names_round_trip(engine):
     plan = _plan(engine)
     phases = serving.build_phases(plan, "fp8", 0, (1, 4), capacity_predicted=32)
     names = [p.name for p in phases]
-    assert names == ["warmup", "closed-c1", "closed-c4", "open-constant-5", "open-poisson-5",
-                     "cap-c31", "cap-c32", "cap-c33"]
+    assert names == [
+        "warmup",
+        "closed-c1",
+        "closed-c4",
+        "open-constant-5",
+        "open-poisson-5",
+        "cap-c31",
+        "cap-c32",
+        "cap-c33",
+    ]
     # a closed-loop pool holds max(CLOSED_LOOP_REQUESTS, 4 N) requests: 6 at c=1, 16 at c=4
     assert [len(p.requests) for p in phases] == [2, 6, 16, 6, 6, 31, 32, 33]
     assert all(r.tag == "trial0" for p in phases for r in p.requests)
@@ -218,17 +265,31 @@ def test_naive_phases_reuse_the_closed_loop_requests(engine):
     assert [r.prompt_token_ids for r in naive.requests] == [r.prompt_token_ids for r in closed.requests]
     meta = serving.phase_meta("naive-c4")
     assert (meta["kind"], meta["concurrency"]) == ("naive", 4)
-    names = [m.name for m in serving.headline_metrics(type("R", (), {"plan": plan, "concurrency": (1, 4),
-                                                                    "headline_concurrency": 4})())]
+    names = [
+        m.name
+        for m in serving.headline_metrics(
+            type("R", (), {"plan": plan, "concurrency": (1, 4), "headline_concurrency": 4})()
+        )
+    ]
     assert "output tok/s (no stream) @c=4" in names and "output tok/s (no stream) @c=1" not in names
 
 
 def test_bench_args_mirror_the_spec(engine):
     args = serving.bench_args(engine.replace(kv_cache_dtype="fp8"), 512, 128, 32, 4, "/tmp/x.json", tokenizer="tok")
     s = " ".join(args)
-    for frag in ("--kv-cache-dtype fp8", "--random-input-len 512", "--random-output-len 128", "--num-prompts 32",
-                 "--random-range-ratio 0", "--no-enable-prefix-caching", "--enforce-eager", "--tokenizer tok",
-                 "--max-model-len 2048", f"--kv-cache-memory-bytes {int(0.0234375 * 2**30)}", "--load-format dummy"):
+    for frag in (
+        "--kv-cache-dtype fp8",
+        "--random-input-len 512",
+        "--random-output-len 128",
+        "--num-prompts 32",
+        "--random-range-ratio 0",
+        "--no-enable-prefix-caching",
+        "--enforce-eager",
+        "--tokenizer tok",
+        "--max-model-len 2048",
+        f"--kv-cache-memory-bytes {int(0.0234375 * 2**30)}",
+        "--load-format dummy",
+    ):
         assert frag in s, frag
 
 
@@ -244,9 +305,18 @@ class _FakeEngine:
 
     def start(self):
         blocks = 64 if self.spec.kv_cache_dtype == "auto" else 128
-        return {"status": "ready", "provenance": {}, "engine": {
-            "num_blocks": blocks, "block_size": 128, "kv_capacity_tokens": blocks * 128,
-            "kv_budget_bytes": int(0.0234375 * 2**30), "engine_start_s": 30.0, "mem_after_start_bytes": 2**30}}
+        return {
+            "status": "ready",
+            "provenance": {},
+            "engine": {
+                "num_blocks": blocks,
+                "block_size": 128,
+                "kv_capacity_tokens": blocks * 128,
+                "kv_budget_bytes": int(0.0234375 * 2**30),
+                "engine_start_s": 30.0,
+                "mem_after_start_bytes": 2**30,
+            },
+        }
 
     def run(self, payload):
         dt = self.spec.kv_cache_dtype
@@ -260,16 +330,40 @@ class _FakeEngine:
             sent = r["arrival_s"] if r["arrival_s"] is not None else 0.01 * i
             itl = [0.01 * f * (1 + 0.1 * (k % 3)) for k in range(r["max_tokens"] - 1)]
             ttft = 0.05 * f * (1 + len(r["prompt_token_ids"]) / 1000)
-            recs.append({"phase": payload["name"], "request": i, "cls": r["cls"], "tag": r["tag"],
-                         "prompt_tokens": len(r["prompt_token_ids"]), "sent_s": sent, "output_tokens": r["max_tokens"],
-                         "finish_reason": "length", "ttft_s": ttft, "e2e_s": ttft + sum(itl), "itl_s": itl,
-                         "tpot_s": sum(itl) / len(itl), "merged_deltas": 0, "num_preemptions": pre if i == 0 else 0})
+            recs.append(
+                {
+                    "phase": payload["name"],
+                    "request": i,
+                    "cls": r["cls"],
+                    "tag": r["tag"],
+                    "prompt_tokens": len(r["prompt_token_ids"]),
+                    "sent_s": sent,
+                    "output_tokens": r["max_tokens"],
+                    "finish_reason": "length",
+                    "ttft_s": ttft,
+                    "e2e_s": ttft + sum(itl),
+                    "itl_s": itl,
+                    "tpot_s": sum(itl) / len(itl),
+                    "merged_deltas": 0,
+                    "num_preemptions": pre if i == 0 else 0,
+                }
+            )
             t_end = max(t_end, sent + ttft + sum(itl))
-        stats = {"wall_s": t_end, "requests": len(recs), "prompt_tokens": sum(r["prompt_tokens"] for r in recs),
-                 "output_tokens": sum(r["output_tokens"] for r in recs), "preemptions": float(pre),
-                 "kv_usage_peak": 0.5, "mem_peak_bytes": 2**30}
-        return {"status": "ok", "rows": recs, "stats": stats,
-                "samples": [{"t_s": 0.25, "phase": payload["key"], "kv_usage": 0.4, "mem_bytes": 2**30}]}
+        stats = {
+            "wall_s": t_end,
+            "requests": len(recs),
+            "prompt_tokens": sum(r["prompt_tokens"] for r in recs),
+            "output_tokens": sum(r["output_tokens"] for r in recs),
+            "preemptions": float(pre),
+            "kv_usage_peak": 0.5,
+            "mem_peak_bytes": 2**30,
+        }
+        return {
+            "status": "ok",
+            "rows": recs,
+            "stats": stats,
+            "samples": [{"t_s": 0.25, "phase": payload["key"], "kv_usage": 0.4, "mem_bytes": 2**30}],
+        }
 
     def stop(self):
         pass
@@ -288,11 +382,16 @@ def test_run_study_order_and_frames(fake_study):
     res, calls = fake_study
     # both engines serve every phase, back to back, the first alternating by phase and by trial
     plan = res.plan
-    assert [(d, k) for d, k in calls] == [(d, f"t{t}:{n}") for t, n, d in serving.schedule_table(plan)[
-        ["trial", "phase", "kv_dtype"]].itertuples(index=False)]
+    assert [(d, k) for d, k in calls] == [
+        (d, f"t{t}:{n}")
+        for t, n, d in serving.schedule_table(plan)[["trial", "phase", "kv_dtype"]].itertuples(index=False)
+    ]
     assert calls[:2] == [("auto", "t0:warmup"), ("fp8", "t0:warmup")]  # one warm-up per engine, trial 0 only
-    firsts = [calls[i][0] for i in range(len(calls) - 1) if calls[i][1] == calls[i + 1][1]
-              and calls[i][1].endswith(":closed-c1")]
+    firsts = [
+        calls[i][0]
+        for i in range(len(calls) - 1)
+        if calls[i][1] == calls[i + 1][1] and calls[i][1].endswith(":closed-c1")
+    ]
     assert firsts == ["auto", "fp8", "auto"]  # closed-c1 in trials 0, 1, 2
     assert res.concurrency == (1, 4)
     assert len(res.engines) == 6 and (res.engines.status == "ok").all()

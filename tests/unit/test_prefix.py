@@ -294,7 +294,10 @@ def test_fp8_that_cannot_start_leaves_auto_alone_in_summary_and_verdict(tmp_path
     assert k[("chat", "fp8")]["measured_last_held"] is None
     lines = px.verdict(s)
     assert lines[0].startswith("Not measured: `fp8` (NotImplementedError: FP8 KV cache on CPU requires")
-    assert "chat / auto: predicted knee N=" in lines[2] and "measured: holds to N=2, falls from N=8 (prediction inside" in lines[2]
+    assert (
+        "chat / auto: predicted knee N=" in lines[2]
+        and "measured: holds to N=2, falls from N=8 (prediction inside" in lines[2]
+    )
     assert (s["counter_turns"], s["counter_turns_complete"]) == (12, 11)
     assert any(ln.startswith("vLLM's prefix-cache counters missed steps in 1 of 12 turns") for ln in lines)
     assert any("**not measured**" in ln for ln in lines)
@@ -306,16 +309,30 @@ def test_a_store_only_rerender_loads_a_run_measured_under_another_vllm_and_start
     report, and a spec the store lacks comes back as an error with nothing started or written."""
     import json
 
-    spec = px.PrefixSpec(model=TINY, workloads=[["chat", 0, 0, 96, 16, 3]], active=[2], trials=2,
-                         kv_cache_gib=0.005859375, block_size=32, max_model_len=1024, correctness_prompts=0)
+    spec = px.PrefixSpec(
+        model=TINY,
+        workloads=[["chat", 0, 0, 96, 16, 3]],
+        active=[2],
+        trials=2,
+        kv_cache_gib=0.005859375,
+        block_size=32,
+        max_model_len=1024,
+        correctness_prompts=0,
+    )
     desc = spec.descriptor()
     other = {**desc, "vllm": "0.26.0" if desc["vllm"] != "0.26.0" else "0.25.0"}
     kept = tmp_path / px.STUDY / "measuredelsewhere"
     kept.mkdir(parents=True)
     (kept / "spec.json").write_text(json.dumps(other))
     prov = {"device": "NVIDIA H200", "vllm": other["vllm"]}
-    (kept / "engines.json").write_text(json.dumps({"provenance": prov, "engines": {
-        d: {"status": "ok", "num_blocks": 64, "block_size": 32} for d in ("auto", "fp8")}}))
+    (kept / "engines.json").write_text(
+        json.dumps(
+            {
+                "provenance": prov,
+                "engines": {d: {"status": "ok", "num_blocks": 64, "block_size": 32} for d in ("auto", "fp8")},
+            }
+        )
+    )
     (kept / "complete.json").write_text("{}")
     monkeypatch.setenv("FP8LAB_STORE_ONLY", "1")
     log = tmp_path / "runs.log"
@@ -344,17 +361,49 @@ def test_turn_prompt_is_the_conversation_so_far_plus_the_last_answer_and_a_new_m
 def test_verdict_states_a_hit_vs_cold_divergence_with_its_size():
     """The H200's bf16 engine on the shipped model: 15 of 16 repeated prompts identical, one diverging at output
     token 6; the line gives the share, the token as an integer and the largest logprob difference before it."""
-    s = {"model": "fp8lab-tiny-qwen3", "device": "NVIDIA H200", "vllm_version": "0.26.0", "kv_cache_gib": 0.005,
-         "block_size": 16, "max_in_flight": 4, "trials": 3, "prompt_source": "text", "engine_errors": {},
-         "num_blocks": {"auto": 112}, "num_blocks_formula": {"auto": 112}, "knees": [], "claim_verdict": "refuted",
-         "correctness": [{"kv_dtype": "auto", "kind": "hit_repeat", "prompts": 16, "tokens_equal": 0.9375,
-                          "first_divergence": 6.0, "max_abs_dlogprob": 0.0967, "cached_tokens_min": 304},
-                         {"kv_dtype": "fp8", "kind": "hit_repeat", "prompts": 16, "tokens_equal": 1.0,
-                          "first_divergence": None, "max_abs_dlogprob": 0.0, "cached_tokens_min": 304}]}
+    s = {
+        "model": "fp8lab-tiny-qwen3",
+        "device": "NVIDIA H200",
+        "vllm_version": "0.26.0",
+        "kv_cache_gib": 0.005,
+        "block_size": 16,
+        "max_in_flight": 4,
+        "trials": 3,
+        "prompt_source": "text",
+        "engine_errors": {},
+        "num_blocks": {"auto": 112},
+        "num_blocks_formula": {"auto": 112},
+        "knees": [],
+        "claim_verdict": "refuted",
+        "correctness": [
+            {
+                "kv_dtype": "auto",
+                "kind": "hit_repeat",
+                "prompts": 16,
+                "tokens_equal": 0.9375,
+                "first_divergence": 6.0,
+                "max_abs_dlogprob": 0.0967,
+                "cached_tokens_min": 304,
+            },
+            {
+                "kv_dtype": "fp8",
+                "kind": "hit_repeat",
+                "prompts": 16,
+                "tokens_equal": 1.0,
+                "first_divergence": None,
+                "max_abs_dlogprob": 0.0,
+                "cached_tokens_min": 304,
+            },
+        ],
+    }
     lines = px.verdict(s)
     assert "(vLLM 0.26.0, 5.12 MiB of KV per engine, blocks of 16 tokens" in lines[0]
-    assert ("Correctness auto (hit_repeat, 16 prompts, >= 304 cached tokens): 94% identical greedy sequences; the "
-            "earliest divergence at output token 6 (0-based); the chosen tokens' logprobs up to it differ by at most "
-            "0.097 nats.") in lines
-    assert ("Correctness fp8 (hit_repeat, 16 prompts, >= 304 cached tokens): hit and cold outputs identical "
-            "(tokens and logprobs).") in lines
+    assert (
+        "Correctness auto (hit_repeat, 16 prompts, >= 304 cached tokens): 94% identical greedy sequences; the "
+        "earliest divergence at output token 6 (0-based); the chosen tokens' logprobs up to it differ by at most "
+        "0.097 nats."
+    ) in lines
+    assert (
+        "Correctness fp8 (hit_repeat, 16 prompts, >= 304 cached tokens): hit and cold outputs identical "
+        "(tokens and logprobs)."
+    ) in lines

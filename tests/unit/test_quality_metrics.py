@@ -103,26 +103,29 @@ def test_format_facts():
         ff.get_format("e3m4")
 
 
-@pytest.mark.parametrize("fmt, x, rne, rtz", [
-    ("e4m3", 1.0, 1.0, 1.0),
-    ("e4m3", 1.0625, 1.0, 1.0),        # tie between 1.0 and 1.125: to even (mantissa 000)
-    ("e4m3", 1.1875, 1.25, 1.125),     # tie between 1.125 and 1.25: to even (mantissa 010)
-    ("e4m3", 1.2, 1.25, 1.125),
-    ("e4m3", -1.2, -1.25, -1.125),     # RTZ shrinks magnitude for negatives too
-    ("e4m3", 300.0, 288.0, 288.0),     # spacing 32 in [256, 512)
-    ("e4m3", 460.0, 448.0, 448.0),     # saturates
-    ("e4m3", 1000.0, 448.0, 448.0),
-    ("e4m3", -1000.0, -448.0, -448.0),
-    ("e4m3", 0.001, 2.0**-9, 0.0),     # subnormal: above half the smallest step rounds up; RTZ flushes
-    ("e4m3", 0.01171875, 0.01171875, 0.01171875),  # 6 * 2^-9, exact
-    ("e5m2", 1.125, 1.0, 1.0),         # tie between 1.0 and 1.25: to even
-    ("e5m2", 1.2, 1.25, 1.0),
-    ("e5m2", 300.0, 320.0, 256.0),     # spacing 64 in [256, 512)
-    ("e5m2", 1000.0, 1024.0, 896.0),
-    ("e5m2", 61440.0, 57344.0, 57344.0),  # saturates (torch's cast would give inf)
-    ("e5m2", float("inf"), 57344.0, 57344.0),
-    ("e5m2", 1e-5, 2.0**-16, 0.0),
-])
+@pytest.mark.parametrize(
+    "fmt, x, rne, rtz",
+    [
+        ("e4m3", 1.0, 1.0, 1.0),
+        ("e4m3", 1.0625, 1.0, 1.0),  # tie between 1.0 and 1.125: to even (mantissa 000)
+        ("e4m3", 1.1875, 1.25, 1.125),  # tie between 1.125 and 1.25: to even (mantissa 010)
+        ("e4m3", 1.2, 1.25, 1.125),
+        ("e4m3", -1.2, -1.25, -1.125),  # RTZ shrinks magnitude for negatives too
+        ("e4m3", 300.0, 288.0, 288.0),  # spacing 32 in [256, 512)
+        ("e4m3", 460.0, 448.0, 448.0),  # saturates
+        ("e4m3", 1000.0, 448.0, 448.0),
+        ("e4m3", -1000.0, -448.0, -448.0),
+        ("e4m3", 0.001, 2.0**-9, 0.0),  # subnormal: above half the smallest step rounds up; RTZ flushes
+        ("e4m3", 0.01171875, 0.01171875, 0.01171875),  # 6 * 2^-9, exact
+        ("e5m2", 1.125, 1.0, 1.0),  # tie between 1.0 and 1.25: to even
+        ("e5m2", 1.2, 1.25, 1.0),
+        ("e5m2", 300.0, 320.0, 256.0),  # spacing 64 in [256, 512)
+        ("e5m2", 1000.0, 1024.0, 896.0),
+        ("e5m2", 61440.0, 57344.0, 57344.0),  # saturates (torch's cast would give inf)
+        ("e5m2", float("inf"), 57344.0, 57344.0),
+        ("e5m2", 1e-5, 2.0**-16, 0.0),
+    ],
+)
 def test_exact_round_trips(fmt, x, rne, rtz):
     t = torch.tensor([x])
     assert ff.quantize(t, fmt, "rne").item() == rne
@@ -191,9 +194,10 @@ def test_roundtrip_table_and_summary():
 def test_attention_reference_matches_torch_sdpa():
     cap = _fake_capture()
     qq, k, v = (x.float() for x in cap.sequences(0)[1])
-    out, probs = q._attention(qq, k, v, cap.head_dim ** -0.5)
+    out, probs = q._attention(qq, k, v, cap.head_dim**-0.5)
     ref = torch.nn.functional.scaled_dot_product_attention(
-        qq.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True).transpose(0, 1)
+        qq.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+    ).transpose(0, 1)
     assert torch.allclose(out, ref, atol=1e-5)
     assert torch.allclose(probs.sum(-1), torch.ones(4, 14))
 
@@ -214,8 +218,9 @@ def fake_model(tmp_path):
 
 
 def test_quality_spec_validates(fake_model):
-    spec = q.QualitySpec.from_params({"MODEL": fake_model, "KV_DTYPES": ["fp8", "fp8_e5m2"], "GEN_TOKENS": 8,
-                                      "UNRELATED": 1})
+    spec = q.QualitySpec.from_params(
+        {"MODEL": fake_model, "KV_DTYPES": ["fp8", "fp8_e5m2"], "GEN_TOKENS": 8, "UNRELATED": 1}
+    )
     assert [c.label for c in spec.configs] == ["auto", "fp8", "fp8_e5m2"]  # baseline added first
     assert spec.engine_spec(spec.configs[1]).kv_cache_dtype == "fp8"
     with pytest.raises(SpecError, match="gen_tokens"):
@@ -228,33 +233,86 @@ def test_quality_spec_validates(fake_model):
 
 def test_scale_set_becomes_an_fp8_config(fake_model, tmp_path_factory):
     sset = tmp_path_factory.mktemp("scales-v1")
-    cfg = {"model_type": "qwen3", "quantization_config": {"quant_method": "compressed-tensors", "kv_cache_scheme": {
-        "num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}}
+    cfg = {
+        "model_type": "qwen3",
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "kv_cache_scheme": {
+                "num_bits": 8,
+                "type": "float",
+                "strategy": "tensor",
+                "dynamic": False,
+                "symmetric": True,
+            },
+        },
+    }
     (sset / "config.json").write_text(json.dumps(cfg))
     import torch
     from safetensors.torch import save_file
 
-    save_file({f"model.layers.0.self_attn.{n}": torch.ones(1) for n in ("k_scale", "v_scale")},
-              str(sset / "kv_scales.safetensors"))  # kv_configs checks the scales themselves too
+    save_file(
+        {f"model.layers.0.self_attn.{n}": torch.ones(1) for n in ("k_scale", "v_scale")},
+        str(sset / "kv_scales.safetensors"),
+    )  # kv_configs checks the scales themselves too
     configs = q.kv_configs(fake_model, ["auto", "fp8"], [str(sset)])
     assert configs[-1].label == f"fp8+{sset.name}" and configs[-1].kv_cache_dtype == "fp8"
     assert configs[-1].model == str(sset)
 
 
 def test_verdict_levels():
-    summary = pd.DataFrame([
-        {"label": "auto", "kv_cache_dtype": "auto", "status": "ok"},
-        {"label": "fp8", "kv_cache_dtype": "fp8", "status": "ok", "top3_match": 0.9, "never_diverged": 0.2,
-         "first_div_median": 12.0, "tf_top1": 0.99, "delta_ppl_pct": 0.4, "delta_task_acc": -0.01, "ppl": 10.0},
-        {"label": "fp8_e5m2", "kv_cache_dtype": "fp8_e5m2", "status": "ok", "top3_match": 0.8, "never_diverged": 0.0,
-         "first_div_median": 3.0, "tf_top1": 0.95, "delta_ppl_pct": 2.0, "delta_task_acc": 0.0, "ppl": 10.2},
-        {"label": "bad", "kv_cache_dtype": "fp8", "status": "ok", "top3_match": 0.95, "never_diverged": 0.0,
-         "first_div_median": 5.0, "tf_top1": 0.99, "delta_ppl_pct": 0.1, "delta_task_acc": -0.2},
-        {"label": "noisy", "kv_cache_dtype": "fp8", "status": "ok", "top3_match": 0.95, "never_diverged": 0.0,
-         "first_div_median": 5.0, "tf_top1": 0.99, "delta_ppl_pct": 0.1, "delta_task_acc": -0.2,
-         "delta_task_acc_ci": (-0.4, 0.05)},
-        {"label": "broken", "kv_cache_dtype": "fp8_e5m2", "status": "unsupported"},
-    ]).set_index("label")
+    summary = pd.DataFrame(
+        [
+            {"label": "auto", "kv_cache_dtype": "auto", "status": "ok"},
+            {
+                "label": "fp8",
+                "kv_cache_dtype": "fp8",
+                "status": "ok",
+                "top3_match": 0.9,
+                "never_diverged": 0.2,
+                "first_div_median": 12.0,
+                "tf_top1": 0.99,
+                "delta_ppl_pct": 0.4,
+                "delta_task_acc": -0.01,
+                "ppl": 10.0,
+            },
+            {
+                "label": "fp8_e5m2",
+                "kv_cache_dtype": "fp8_e5m2",
+                "status": "ok",
+                "top3_match": 0.8,
+                "never_diverged": 0.0,
+                "first_div_median": 3.0,
+                "tf_top1": 0.95,
+                "delta_ppl_pct": 2.0,
+                "delta_task_acc": 0.0,
+                "ppl": 10.2,
+            },
+            {
+                "label": "bad",
+                "kv_cache_dtype": "fp8",
+                "status": "ok",
+                "top3_match": 0.95,
+                "never_diverged": 0.0,
+                "first_div_median": 5.0,
+                "tf_top1": 0.99,
+                "delta_ppl_pct": 0.1,
+                "delta_task_acc": -0.2,
+            },
+            {
+                "label": "noisy",
+                "kv_cache_dtype": "fp8",
+                "status": "ok",
+                "top3_match": 0.95,
+                "never_diverged": 0.0,
+                "first_div_median": 5.0,
+                "tf_top1": 0.99,
+                "delta_ppl_pct": 0.1,
+                "delta_task_acc": -0.2,
+                "delta_task_acc_ci": (-0.4, 0.05),
+            },
+            {"label": "broken", "kv_cache_dtype": "fp8_e5m2", "status": "unsupported"},
+        ]
+    ).set_index("label")
     v = q.verdict(summary)
     assert "auto" not in v
     assert (v["fp8"]["level"], v["fp8"]["report_protocol"]) == ("negligible", "pass")
@@ -277,7 +335,11 @@ def test_engine_roundtrip_picks_the_engines_rows():
     configs = (q.KVConfig("auto", "m", "auto"), q.KVConfig("fp8", "m", "fp8"), q.KVConfig("fp8_e5m2", "m", "fp8_e5m2"))
     e = q.engine_roundtrip(rt, configs, "rtz")
     assert set(zip(e.label, e.format, e.tensor, strict=True)) == {
-        ("fp8", "e4m3", "K"), ("fp8", "e4m3", "V"), ("fp8_e5m2", "e5m2", "K"), ("fp8_e5m2", "e5m2", "V")}
+        ("fp8", "e4m3", "K"),
+        ("fp8", "e4m3", "V"),
+        ("fp8_e5m2", "e5m2", "K"),
+        ("fp8_e5m2", "e5m2", "V"),
+    }
     assert (e.rounding == "rtz").all()
     assert "Q" in set(q.engine_roundtrip(rt, configs, "rne", quantize_q=True).tensor)
 
@@ -285,18 +347,34 @@ def test_engine_roundtrip_picks_the_engines_rows():
 def test_engine_roundtrip_names_emulated_configs_as_they_ran():
     """An emulated config (fp8lab.fp8emu) rounds K and V as its native twin would: the rows carry the emulated
     label (never plain "fp8") and a scale set's own scales, found through the configured label."""
-    rt = pd.DataFrame([{"format": "e4m3", "rounding": "rtz", "scale": sc, "tensor": t, "rel_err": 0.01, "mag_bias": 0.0}
-                       for sc in ("1.0", "fp8+set") for t in ("K", "V")])
+    rt = pd.DataFrame(
+        [
+            {"format": "e4m3", "rounding": "rtz", "scale": sc, "tensor": t, "rel_err": 0.01, "mag_bias": 0.0}
+            for sc in ("1.0", "fp8+set")
+            for t in ("K", "V")
+        ]
+    )
     configs = (q.KVConfig("fp8 (emulated)", "m", "fp8"), q.KVConfig("fp8+set (emulated)", "m", "fp8"))
     e = q.engine_roundtrip(rt, configs, "rtz")
     assert set(zip(e.label, e.scale, e.tensor, strict=True)) == {
-        ("fp8 (emulated)", "1.0", "K"), ("fp8 (emulated)", "1.0", "V"),
-        ("fp8+set (emulated)", "fp8+set", "K"), ("fp8+set (emulated)", "fp8+set", "V")}
+        ("fp8 (emulated)", "1.0", "K"),
+        ("fp8 (emulated)", "1.0", "V"),
+        ("fp8+set (emulated)", "fp8+set", "K"),
+        ("fp8+set (emulated)", "fp8+set", "V"),
+    }
 
 
 def test_by_position_bins_and_drops_thin_tail():
-    t = pd.DataFrame({"label": "fp8", "prompt": [f"p{i % 6}" for i in range(60)] + ["p0"],
-                      "pos": list(range(1, 61)) + [200], "top1": 1.0, "abs_dlogprob": 0.1, "kl": 0.0})
+    t = pd.DataFrame(
+        {
+            "label": "fp8",
+            "prompt": [f"p{i % 6}" for i in range(60)] + ["p0"],
+            "pos": list(range(1, 61)) + [200],
+            "top1": 1.0,
+            "abs_dlogprob": 0.1,
+            "kl": 0.0,
+        }
+    )
     b = q.by_position(t, bin_tokens=16, min_prompts=5)
     assert list(b.pos_bin) == [0, 16, 32, 48] and 200 // 16 * 16 not in set(b.pos_bin)
     assert b.n.sum() == 60
@@ -315,14 +393,17 @@ def test_read_kv_scales_from_a_scale_set(tmp_path):
 
     from fp8lab.kvcapture import read_kv_scales
 
-    save_file({
-        "model.layers.0.self_attn.k_scale": torch.tensor([0.05]),
-        "model.layers.0.self_attn.v_scale": torch.tensor([0.01]),
-        "model.layers.1.self_attn.k_proj.k_scale": torch.tensor([[[0.05]], [[0.5]]]),  # attn_head: [H_kv, 1, 1]
-        "model.layers.1.self_attn.v_proj.v_scale": torch.tensor([[[0.02]], [[0.03]]]),
-        "model.layers.2.self_attn.kv_scale": torch.tensor([0.2]),  # deprecated: both K and V
-        "model.layers.0.mlp.up_proj.weight": torch.zeros(2, 2),
-    }, str(tmp_path / "model.safetensors"))
+    save_file(
+        {
+            "model.layers.0.self_attn.k_scale": torch.tensor([0.05]),
+            "model.layers.0.self_attn.v_scale": torch.tensor([0.01]),
+            "model.layers.1.self_attn.k_proj.k_scale": torch.tensor([[[0.05]], [[0.5]]]),  # attn_head: [H_kv, 1, 1]
+            "model.layers.1.self_attn.v_proj.v_scale": torch.tensor([[[0.02]], [[0.03]]]),
+            "model.layers.2.self_attn.kv_scale": torch.tensor([0.2]),  # deprecated: both K and V
+            "model.layers.0.mlp.up_proj.weight": torch.zeros(2, 2),
+        },
+        str(tmp_path / "model.safetensors"),
+    )
     s = read_kv_scales(str(tmp_path))
     assert sorted(s) == [0, 1, 2]
     assert s[0][0].tolist() == pytest.approx([0.05]) and s[0][1].tolist() == pytest.approx([0.01])

@@ -76,8 +76,14 @@ def test_the_same_run_twice_counts_once(tmp_path):
     assert len(df) == df.run.nunique() == 4
 
 
-@pytest.mark.parametrize("roots, bad", [("runs", "= 'runs': not a list"), (["/no/such/store"], "= '/no/such/store': no such path"),
-                                        ([3], "= 3: no such path")])
+@pytest.mark.parametrize(
+    "roots, bad",
+    [
+        ("runs", "= 'runs': not a list"),
+        (["/no/such/store"], "= '/no/such/store': no such path"),
+        ([3], "= 3: no such path"),
+    ],
+)
 def test_bad_roots_name_the_field(roots, bad):
     with pytest.raises(SpecError, match="ENGINE_RECORDS") as e:
         capacity.check_record_roots(roots)

@@ -27,15 +27,28 @@ def test_notebook_is_stripped_and_parameterized(path):
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "commit notebooks stripped"
     tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
-    names = [ln.split("=")[0].strip() for ln in tagged[0].source.splitlines() if "=" in ln and not ln.startswith((" ", "#"))]
+    names = [
+        ln.split("=")[0].strip() for ln in tagged[0].source.splitlines() if "=" in ln and not ln.startswith((" ", "#"))
+    ]
     assert names and all(n.isupper() for n in names), names
 
 
 def test_ruff_clean():
     ruff = shutil.which("ruff") or str(REPO_ROOT / ".venv/bin/ruff")
-    res = subprocess.run([ruff, "check", "fp8lab", "tests", "notebooks", "scripts"], cwd=REPO_ROOT,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [ruff, "check", "fp8lab", "tests", "notebooks", "scripts"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
+
+
+def test_ruff_formatted():
+    """``ruff format --check``: the layout is ruff's, settings in pyproject.toml (notebooks excluded there)."""
+    ruff = shutil.which("ruff") or str(REPO_ROOT / ".venv/bin/ruff")
+    res = subprocess.run(
+        [ruff, "format", "--check", "fp8lab", "tests", "scripts"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
+    assert "already formatted" in res.stdout, res.stdout
 
 
 def test_mypy_clean():
@@ -50,7 +63,9 @@ def test_mypy_clean():
 
 
 def test_package_imports_without_torch():
-    code = "import sys, fp8lab.cli, fp8lab.kvmath, fp8lab.specs; print(any(m in sys.modules for m in ('torch', 'vllm')))"
+    code = (
+        "import sys, fp8lab.cli, fp8lab.kvmath, fp8lab.specs; print(any(m in sys.modules for m in ('torch', 'vllm')))"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 
@@ -63,8 +78,13 @@ def test_tracked_tree_leaves_room_for_a_device_call():
     per-token arrays as the aggregates the notebooks read, HTML without code (fp8lab.htmlslim), stores
     compact (scripts/slim_store.py)."""
     git = shutil.which("git")
-    if git is None or subprocess.run([git, "-C", str(REPO_ROOT), "rev-parse", "--is-inside-work-tree"],
-                                     capture_output=True, text=True).stdout.strip() != "true":
+    if (
+        git is None
+        or subprocess.run(
+            [git, "-C", str(REPO_ROOT), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True
+        ).stdout.strip()
+        != "true"
+    ):
         pytest.skip("git is absent (no git executable or no git checkout): the tracked tree cannot be listed")
     names = subprocess.run([git, "-C", str(REPO_ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
     sizes = {}
@@ -75,5 +95,6 @@ def test_tracked_tree_leaves_room_for_a_device_call():
     total = sum(sizes.values())
     largest = ", ".join(f"{n} {s / 2**20:.1f} MiB" for n, s in sorted(sizes.items(), key=lambda x: -x[1])[:5])
     assert len(sizes) > 100 and total > 10 * 2**20  # it did list the repository (the shipped model alone is 13 MiB)
-    assert total <= TRACKED_TREE_LIMIT, (f"tracked tree {total:,} bytes ({total / 2**20:.2f} MiB) > "
-                                         f"{TRACKED_TREE_LIMIT:,} (32 MiB); largest: {largest}")
+    assert total <= TRACKED_TREE_LIMIT, (
+        f"tracked tree {total:,} bytes ({total / 2**20:.2f} MiB) > {TRACKED_TREE_LIMIT:,} (32 MiB); largest: {largest}"
+    )

@@ -31,11 +31,29 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
     or workload: every entry it changes is one of these knobs, and it says so in its description."""
     quick, tiny = load_profile("cpu-quick"), load_profile("cpu-tiny")
     assert quick["extends"] == "cpu-tiny" and quick["params"] == tiny["params"]
-    knobs = {"TRIALS", "ARRIVALS", "NAIVE_CONCURRENCY", "CALIB_SAMPLES", "PPL_WINDOWS", "TASK_ITEMS",
-             "DETECT_HEAD_REDUCTION", "SWEEP_BLOCK_SIZES", "PROBE_BOUNDARY", "CONTEXTS", "REPS", "ACTIVE",
-             "PHASE_SECONDS", "MIN_LENGTH", "WORKLOADS"}
-    changed = {(nb, k) for nb, entry in quick["notebooks"].items() for k, v in entry.items()
-               if (tiny["notebooks"].get(nb) or {}).get(k, object()) != v}
+    knobs = {
+        "TRIALS",
+        "ARRIVALS",
+        "NAIVE_CONCURRENCY",
+        "CALIB_SAMPLES",
+        "PPL_WINDOWS",
+        "TASK_ITEMS",
+        "DETECT_HEAD_REDUCTION",
+        "SWEEP_BLOCK_SIZES",
+        "PROBE_BOUNDARY",
+        "CONTEXTS",
+        "REPS",
+        "ACTIVE",
+        "PHASE_SECONDS",
+        "MIN_LENGTH",
+        "WORKLOADS",
+    }
+    changed = {
+        (nb, k)
+        for nb, entry in quick["notebooks"].items()
+        for k, v in entry.items()
+        if (tiny["notebooks"].get(nb) or {}).get(k, object()) != v
+    }
     assert changed and {k for _, k in changed} <= knobs, changed
     for nb, k in changed:  # lists shrink to a part of cpu-tiny's, never to something else
         was, now = (tiny["notebooks"].get(nb) or {}).get(k), quick["notebooks"][nb][k]
@@ -50,10 +68,21 @@ def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
     probes, the refused block size 16, all prefix-cache workloads); only repetitions and grid points shrink."""
     ci, tiny = load_profile(TEST_PROFILE), load_profile("cpu-tiny")
     assert TEST_PROFILE == "cpu-ci" and ci["extends"] == "cpu-tiny" and ci["params"] == tiny["params"]
-    changed = {(nb, k) for nb, entry in ci["notebooks"].items() for k, v in entry.items()
-               if (tiny["notebooks"].get(nb) or {}).get(k, object()) != v}
-    assert changed and {k for _, k in changed} <= {"TRIALS", "REPS", "CONTEXTS", "PPL_WINDOWS", "TASK_ITEMS",
-                                                     "SWEEP_BLOCK_SIZES", "MIN_LENGTH"}, changed
+    changed = {
+        (nb, k)
+        for nb, entry in ci["notebooks"].items()
+        for k, v in entry.items()
+        if (tiny["notebooks"].get(nb) or {}).get(k, object()) != v
+    }
+    assert changed and {k for _, k in changed} <= {
+        "TRIALS",
+        "REPS",
+        "CONTEXTS",
+        "PPL_WINDOWS",
+        "TASK_ITEMS",
+        "SWEEP_BLOCK_SIZES",
+        "MIN_LENGTH",
+    }, changed
     for nb, k in changed:
         was, now = tiny["notebooks"][nb][k], ci["notebooks"][nb][k]
         if isinstance(was, list):
@@ -76,11 +105,16 @@ def test_a_profile_extends_another(tmp_path):
         "quicker:\n  extends: quick\n  notebooks:\n    01_x: {CONCURRENCY: [1]}\n"
     )
     p = load_profiles(f)
-    assert p["base"] == {"params": {"MODEL": "m", "KV_CACHE_GIB": 1.0},
-                         "notebooks": {"01_x": {"TRIALS": 5, "CONCURRENCY": [1, 16]}, "02_y": {"SAMPLES": 512}}}
+    assert p["base"] == {
+        "params": {"MODEL": "m", "KV_CACHE_GIB": 1.0},
+        "notebooks": {"01_x": {"TRIALS": 5, "CONCURRENCY": [1, 16]}, "02_y": {"SAMPLES": 512}},
+    }
     assert p["quick"]["params"] == {"MODEL": "m", "KV_CACHE_GIB": 0.5} and p["quick"]["description"] == "fast"
-    assert p["quick"]["notebooks"] == {"01_x": {"TRIALS": 3, "CONCURRENCY": [1, 16]}, "02_y": {"SAMPLES": 512},
-                                       "03_z": {"N": 1}}
+    assert p["quick"]["notebooks"] == {
+        "01_x": {"TRIALS": 3, "CONCURRENCY": [1, 16]},
+        "02_y": {"SAMPLES": 512},
+        "03_z": {"N": 1},
+    }
     assert p["quicker"]["notebooks"]["01_x"] == {"TRIALS": 3, "CONCURRENCY": [1]}
     assert p["quicker"]["params"]["KV_CACHE_GIB"] == 0.5
     f.write_text("a:\n  extends: nope\n")
@@ -102,9 +136,15 @@ def test_notebook_selection_by_prefix_and_errors():
 
 
 def test_index_lists_each_notebook_with_status(tmp_path):
-    summary = {"profile": "cpu-tiny", "created_utc": "2026-11-29T00:00:00+00:00", "provenance": {"device": "CPU"},
-               "notebooks": {"00_x": {"status": "ok", "html": "00_x.html", "wall_s": 1.0, "summary": {"a": 1.5}},
-                             "01_y": {"status": "failed", "error": "boom", "wall_s": 2.0, "summary": None}}}
+    summary = {
+        "profile": "cpu-tiny",
+        "created_utc": "2026-11-29T00:00:00+00:00",
+        "provenance": {"device": "CPU"},
+        "notebooks": {
+            "00_x": {"status": "ok", "html": "00_x.html", "wall_s": 1.0, "summary": {"a": 1.5}},
+            "01_y": {"status": "failed", "error": "boom", "wall_s": 2.0, "summary": None},
+        },
+    }
     page = write_index(tmp_path, summary).read_text()
     assert '<a href="00_x.html">00_x</a>' in page and "boom" in page and "failed" in page
 
@@ -125,8 +165,10 @@ def test_compare_summaries_side_by_side(tmp_path, capsys):
     from fp8lab.cli import main
     from fp8lab.report import compare_summaries
 
-    for name, vals in (("cpu", {"fp8.top3": 0.91, "fp8.ppl": 8.9, "labels": ["a"], "ok": True}),
-                       ("gpu", {"fp8.top3": 0.95, "auto.ppl": 13.3})):
+    for name, vals in (
+        ("cpu", {"fp8.top3": 0.91, "fp8.ppl": 8.9, "labels": ["a"], "ok": True}),
+        ("gpu", {"fp8.top3": 0.95, "auto.ppl": 13.3}),
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "03_q.summary.json").write_text(json.dumps(vals))
     t = compare_summaries([tmp_path / "cpu", tmp_path / "gpu"], "03_q", r"^fp8\.")
@@ -157,5 +199,7 @@ def test_unknown_parameters_are_named():
     # shared params may belong to other notebooks; overrides must belong to one of the notebooks run
     assert "RUN_FIDELITY" not in parameters_for(list_notebooks(["00"])[0], {"params": {"RUN_FIDELITY": True}})
     check_overrides(list_notebooks(["00", "01"]), {"RUN_FIDELITY": True, "ENGINE_RECORDS": []})
-    with pytest.raises(SpecError, match=r"RunSpec.RUN_FIDELITY = True: not a parameter of 00_kv_memory_estimation; allowed: "):
+    with pytest.raises(
+        SpecError, match=r"RunSpec.RUN_FIDELITY = True: not a parameter of 00_kv_memory_estimation; allowed: "
+    ):
         check_overrides(list_notebooks(["00"]), {"RUN_FIDELITY": True})

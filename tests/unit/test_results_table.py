@@ -11,14 +11,27 @@ from fp8lab.results import phase_table, save
 
 
 def _store(root, run_id: str, dtype: str, status: str = "ok") -> None:
-    records = pd.DataFrame({
-        "phase": ["warmup", "main", "main", "main"], "tag": ["trial0"] * 4,
-        "ttft_s": [9.0, 0.010, 0.020, 0.030], "tpot_s": [9.0, 0.001, 0.002, 0.003],
-    })
-    phases = {"warmup": {"wall_s": 1.0, "requests": 1, "prompt_tokens": 10, "output_tokens": 5, "preemptions": 0},
-              "main": {"wall_s": 4.0, "requests": 3, "prompt_tokens": 30, "output_tokens": 120, "preemptions": 2}}
-    res = EngineResult(status=status, error=None, engine={"kv_cache_dtype": dtype}, records=records,
-                       samples=pd.DataFrame(), phases=phases, provenance={})
+    records = pd.DataFrame(
+        {
+            "phase": ["warmup", "main", "main", "main"],
+            "tag": ["trial0"] * 4,
+            "ttft_s": [9.0, 0.010, 0.020, 0.030],
+            "tpot_s": [9.0, 0.001, 0.002, 0.003],
+        }
+    )
+    phases = {
+        "warmup": {"wall_s": 1.0, "requests": 1, "prompt_tokens": 10, "output_tokens": 5, "preemptions": 0},
+        "main": {"wall_s": 4.0, "requests": 3, "prompt_tokens": 30, "output_tokens": 120, "preemptions": 2},
+    }
+    res = EngineResult(
+        status=status,
+        error=None,
+        engine={"kv_cache_dtype": dtype},
+        records=records,
+        samples=pd.DataFrame(),
+        phases=phases,
+        provenance={},
+    )
     save(res, root / "study" / run_id, {"engine": {"model": "m", "kv_cache_dtype": dtype}})
 
 

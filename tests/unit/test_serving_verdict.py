@@ -20,8 +20,10 @@ def _rows(values):
     out = []
     for r, (first, second) in enumerate(zip(values[::2], values[1::2], strict=True)):
         order = ("bench", "fp8lab") if r % 2 == 0 else ("fp8lab", "bench")
-        out += [{"round": r, "who": order[0], "status": "ok", "tokens_per_second": first},
-                {"round": r, "who": order[1], "status": "ok", "tokens_per_second": second}]
+        out += [
+            {"round": r, "who": order[0], "status": "ok", "tokens_per_second": first},
+            {"round": r, "who": order[1], "status": "ok", "tokens_per_second": second},
+        ]
     return pd.DataFrame(out)
 
 
@@ -33,8 +35,9 @@ def test_fidelity_summary_on_the_h200_rows():
     assert f["spread_pct"] == pytest.approx({"bench": 5.1925, "fp8lab": 4.3718}, abs=1e-3)
     assert f["resolvable"] is False  # each tool varied by more than 3% against itself
     line = serving.fidelity_line(f)
-    assert ("= 0.979 (median of 2 rounds; within 3%; run to run, vLLM bench varied by 5.19%, "
-            "fp8lab varied by 4.37%)") in line
+    assert (
+        "= 0.979 (median of 2 rounds; within 3%; run to run, vLLM bench varied by 5.19%, fp8lab varied by 4.37%)"
+    ) in line
     assert "within that variation" in line
     # reports/h200/shipped (the tiny model, CUDA graphs, 256 requests): 0.784, but fp8lab varied by 23.7%
     g = serving.fidelity_summary(_rows([195074.93, 127739.80, 158063.45, 172947.14]))
@@ -79,10 +82,23 @@ def test_fidelity_check_runs_nothing_when_store_only(tmp_path, monkeypatch):
     from fp8lab.specs import EngineSpec, spec_hash
 
     monkeypatch.setenv(results.STORE_ONLY_ENV, "1")
-    spec = EngineSpec(model=str(REPO_ROOT / "data" / "configs" / "qwen3-8b"), load_format="dummy",
-                      skip_tokenizer_init=True, kv_cache_gib=24, kv_cache_dtype="fp8")
-    settings = {"engine": spec.to_dict(), "input_len": 8, "output_len": 4, "num_prompts": 2, "num_warmups": 4,
-                "tokenizer": None, "prompt_source": "random", "temperature": 1.0}
+    spec = EngineSpec(
+        model=str(REPO_ROOT / "data" / "configs" / "qwen3-8b"),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        kv_cache_gib=24,
+        kv_cache_dtype="fp8",
+    )
+    settings = {
+        "engine": spec.to_dict(),
+        "input_len": 8,
+        "output_len": 4,
+        "num_prompts": 2,
+        "num_warmups": 4,
+        "tokenizer": None,
+        "prompt_source": "random",
+        "temperature": 1.0,
+    }
     keep = tmp_path / spec_hash(settings)
     keep.mkdir()
     (keep / "round0-bench.json").write_text('{"round": 0, "who": "bench", "status": "ok", "tokens_per_second": 100.0}')
@@ -98,14 +114,21 @@ def test_preemption_line_on_the_shipped_model_records(tmp_path):
         t.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     ph = results.phase_table("01_kv_dtype_auto_vs_fp8", tmp_path)
     closed = ph[ph.phase.str.match(r"^closed-c\d+$")].copy()
-    tp = pd.DataFrame({"kv_dtype": closed.kv_cache_dtype, "trial": closed.tag.str.removeprefix("trial").astype(int),
-                       "concurrency": closed.phase.str.removeprefix("closed-c").astype(int),
-                       "preemptions": closed.preemptions})
+    tp = pd.DataFrame(
+        {
+            "kv_dtype": closed.kv_cache_dtype,
+            "trial": closed.tag.str.removeprefix("trial").astype(int),
+            "concurrency": closed.phase.str.removeprefix("closed-c").astype(int),
+            "preemptions": closed.preemptions,
+        }
+    )
     assert len(tp) == 12  # the paired run of 2026-12-02: 2 dtypes x 3 trials x 2 concurrencies
     line = serving.preemption_line(tp, "auto", "fp8")
     # sustained 30 s phases at c=128: both ran out of KV, fp8 about half as often
-    assert line.startswith("- **Preemptions (closed loop).** `auto` preempted at c=128 (155, 170, 173 over 3 "
-                           "trials); `fp8` preempted at c=128 (71, 79, 87 over 3 trials)")
+    assert line.startswith(
+        "- **Preemptions (closed loop).** `auto` preempted at c=128 (155, 170, 173 over 3 "
+        "trials); `fp8` preempted at c=128 (71, 79, 87 over 3 trials)"
+    )
     assert "Only" not in line
     only_auto = tp.assign(preemptions=tp.preemptions.where(tp.kv_dtype == "auto", 0))
     assert "Only `auto` ran out of KV cache" in serving.preemption_line(only_auto, "auto", "fp8")
@@ -141,8 +164,9 @@ def test_delta_row_on_five_paired_trials():
     r = serving.delta_row("output tok/s @c=8", a, b, higher_is_better=True)
     hw = 2.776445 * math.sqrt(0.001 / 4) / math.sqrt(5)
     assert r["n"] == 5 and r["delta_pct"] == pytest.approx(100 * (math.exp(0.04) - 1))
-    assert (r["lo_pct"], r["hi_pct"]) == pytest.approx((100 * (math.exp(0.04 - hw) - 1), 100 * (math.exp(0.04 + hw) - 1)),
-                                                       abs=1e-4)
+    assert (r["lo_pct"], r["hi_pct"]) == pytest.approx(
+        (100 * (math.exp(0.04 - hw) - 1), 100 * (math.exp(0.04 + hw) - 1)), abs=1e-4
+    )
     # floor: consecutive differences of A (1.0101, 2.0202, 0.4950, 0.9950 %) and of B, pooled, their median
     ab = [abs(a[t + 1] / a[t] - 1) * 100 for t in range(4)] + [abs(b[t + 1] / b[t] - 1) * 100 for t in range(4)]
     ab.sort()
@@ -155,7 +179,11 @@ def test_delta_row_on_five_paired_trials():
     r4 = serving.delta_row("m", {**a, 5: 1.0}, b, True)
     assert r4["n"] == 5 and r4["n_a"] == 6
     line = serving.delta_line(pd.Series(r))
-    assert "n=5 paired trials, 95% t-interval" in line and "detectable >=" in line and line.endswith("better, beyond noise")
+    assert (
+        "n=5 paired trials, 95% t-interval" in line
+        and "detectable >=" in line
+        and line.endswith("better, beyond noise")
+    )
 
 
 def test_delta_row_not_beyond_a_floor_it_does_not_exceed():
@@ -170,8 +198,14 @@ def test_delta_row_not_beyond_a_floor_it_does_not_exceed():
 
 
 def test_paired_schedule_alternates_by_phase_and_trial():
-    names = {d: {0: ["warmup", "closed-c2", "closed-c24", "open-constant-4"], 1: ["closed-c2", "closed-c24", "open-constant-4"],
-                 2: ["closed-c2", "closed-c24", "open-constant-4"]} for d in ("auto", "fp8")}
+    names = {
+        d: {
+            0: ["warmup", "closed-c2", "closed-c24", "open-constant-4"],
+            1: ["closed-c2", "closed-c24", "open-constant-4"],
+            2: ["closed-c2", "closed-c24", "open-constant-4"],
+        }
+        for d in ("auto", "fp8")
+    }
     names["auto"][0] = names["auto"][0] + ["cap-c31"]
     names["fp8"][0] = names["fp8"][0] + ["cap-c63"]
     s = serving.paired_schedule(names, ["auto", "fp8"], 3)
@@ -193,17 +227,32 @@ def test_paired_schedule_alternates_by_phase_and_trial():
 def _run(d, trial, **facts):
     from fp8lab.engine import EngineResult
 
-    return {"kv_dtype": d, "trial": trial, "result": EngineResult(status="ok", error=None, engine=dict(facts), records=None,
-                                                                         samples=None, phases={}, provenance={})}
+    return {
+        "kv_dtype": d,
+        "trial": trial,
+        "result": EngineResult(
+            status="ok", error=None, engine=dict(facts), records=None, samples=None, phases={}, provenance={}
+        ),
+    }
 
 
 def test_memory_of_engines_sharing_one_gpu_is_each_engines_own():
     # reports/h200 Study 01 (paired, both engines on one H200; NVML reads the whole device): auto started first
     # (device 0.645 -> 48.218 GB), fp8 second (48.218 -> 96.429 GB); the device's peak with both was 96.433 GB
-    a = dict(mem_kind="gpu", mem_baseline_bytes=644939776, mem_after_start_bytes=48217587712,
-             mem_peak_bytes=96432750592, mem_steady_bytes=96432750592.0)
-    f = dict(mem_kind="gpu", mem_baseline_bytes=48217587712, mem_after_start_bytes=96428556288,
-             mem_peak_bytes=96432750592, mem_steady_bytes=96430653440.0)
+    a = dict(
+        mem_kind="gpu",
+        mem_baseline_bytes=644939776,
+        mem_after_start_bytes=48217587712,
+        mem_peak_bytes=96432750592,
+        mem_steady_bytes=96432750592.0,
+    )
+    f = dict(
+        mem_kind="gpu",
+        mem_baseline_bytes=48217587712,
+        mem_after_start_bytes=96428556288,
+        mem_peak_bytes=96432750592,
+        mem_steady_bytes=96430653440.0,
+    )
     runs = [_run("auto", 0, **a), _run("fp8", 0, **f), _run("auto", 1, **a), _run("fp8", 1, **f)]
     serving.attribute_shared_memory(runs)
     ea, ef = runs[0]["result"].engine, runs[1]["result"].engine
@@ -220,4 +269,6 @@ def test_memory_of_engines_sharing_one_gpu_is_each_engines_own():
     assert alone[0]["result"].engine["mem_peak_bytes"] == 96432750592
     cpu = [_run("auto", 0, **{**a, "mem_kind": "cpu_rss"}), _run("fp8", 0, **{**f, "mem_kind": "cpu_rss"})]
     serving.attribute_shared_memory(cpu)
-    assert cpu[1]["result"].engine["mem_peak_bytes"] == 96432750592 and "mem_shared_device" not in cpu[1]["result"].engine
+    assert (
+        cpu[1]["result"].engine["mem_peak_bytes"] == 96432750592 and "mem_shared_device" not in cpu[1]["result"].engine
+    )

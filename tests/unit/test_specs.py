@@ -100,8 +100,11 @@ def test_phases_checked_against_max_model_len(model_dir):
     ("text", "status"),
     [
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
-        ("ValueError: To serve at least one request with the model's max seq len (32768), (0.05 GiB KV cache is "
-         "needed, which is larger than the available KV cache memory (0.02 GiB).", "oom"),
+        (
+            "ValueError: To serve at least one request with the model's max seq len (32768), (0.05 GiB KV cache is "
+            "needed, which is larger than the available KV cache memory (0.02 GiB).",
+            "oom",
+        ),
         ("ValueError: No valid attention backend found for cuda with head_size 72", "unsupported"),
         ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig", "invalid"),
         ("RuntimeError: something odd", "error"),
@@ -112,23 +115,29 @@ def test_failure_classification(text, status):
 
 
 def test_root_cause_skips_the_generic_wrapper():
-    log = ("INFO starting\nTraceback (most recent call last):\n  File x\n"
-           "ValueError: No valid attention backend found\nTraceback (most recent call last):\n"
-           "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    log = (
+        "INFO starting\nTraceback (most recent call last):\n  File x\n"
+        "ValueError: No valid attention backend found\nTraceback (most recent call last):\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
     assert root_cause(log, None) == "ValueError: No valid attention backend found"
     assert root_cause("nothing here", "fallback") == "fallback"
 
 
 def test_root_cause_reads_vllm_026_prefixed_engine_core_lines():
     # vLLM 0.26 prefixes every line its EngineCore process writes, tracebacks included (0.32 does not)
-    msg = ("ValueError: To serve at least one request with the model's max seq len (131104), (9.00 GiB KV cache is "
-           "needed, which is larger than the available KV cache memory (8.00 GiB). Based on the available memory, "
-           "the estimated maximum model length is 116480.")
-    log = ("(EngineCore pid=7) ERROR 11-29 09:57:22 [core.py:1330] EngineCore failed to start.\n"
-           f"(EngineCore pid=7) ERROR 11-29 09:57:22 [core.py:1330] {msg}\n"
-           "(EngineCore pid=7) Process EngineCore:\n(EngineCore pid=7) Traceback (most recent call last):\n"
-           f"\x1b[0;36m(EngineCore pid=7)\x1b[0;0m {msg}\nTraceback (most recent call last):\n"
-           "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    msg = (
+        "ValueError: To serve at least one request with the model's max seq len (131104), (9.00 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (8.00 GiB). Based on the available memory, "
+        "the estimated maximum model length is 116480."
+    )
+    log = (
+        "(EngineCore pid=7) ERROR 11-29 09:57:22 [core.py:1330] EngineCore failed to start.\n"
+        f"(EngineCore pid=7) ERROR 11-29 09:57:22 [core.py:1330] {msg}\n"
+        "(EngineCore pid=7) Process EngineCore:\n(EngineCore pid=7) Traceback (most recent call last):\n"
+        f"\x1b[0;36m(EngineCore pid=7)\x1b[0;0m {msg}\nTraceback (most recent call last):\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    )
     assert root_cause(log, None) == msg
     assert classify_failure(root_cause(log, None)) == "oom"
 
