@@ -2489,9 +2489,9 @@ def load_options(
     infos, notes = [], []
     if introspect_installed:
         try:
-            from fp8lab.vllm_options import inspect_vllm
+            from fp8lab.vllm_options import cached_inspect_vllm
 
-            infos.append({**inspect_vllm(), "source": "installed"})
+            infos.append({**cached_inspect_vllm(), "source": "installed"})
         except Exception as e:  # noqa: BLE001 - no vLLM here is a finding, not an error
             notes.append(f"installed vLLM not introspected: {type(e).__name__}: {e}")
     if pattern:

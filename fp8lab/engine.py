@@ -369,12 +369,71 @@ def worker_context() -> Any:
         from multiprocessing import forkserver
 
         server = forkserver._forkserver  # type: ignore[attr-defined]
+        if server._forkserver_pid is None and server._forkserver_address is None:
+            _attach_shared(server)
         if server._forkserver_pid is not None and list(server._preload_modules) != list(FORKSERVER_PRELOAD):
             return mp.get_context("spawn")  # this process already runs a forkserver of its own, without vLLM loaded
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
         return _CallersEnvironment(ctx)
     return mp.get_context("spawn")
+
+
+#: ``<pid>:<address>`` of a CPU engine forkserver (vLLM preloaded) shared by the processes a runner starts: set by
+#: :func:`share_forkserver`, read by :func:`worker_context` in the notebook kernels (any process that has not
+#: started a forkserver of its own), which then fork their engine workers from it.
+FORKSERVER_ENV = "FP8LAB_FORKSERVER"
+
+
+def share_forkserver() -> str | None:
+    """On a CPU: start this process's engine forkserver now (it imports vLLM in the background) and publish it in
+    ``$FP8LAB_FORKSERVER``, so the notebook kernels this process starts fork their engine workers from it: vLLM is
+    imported once per job instead of once per notebook (about 10 s each on 2 cores). A worker takes its caller's
+    environment and dies with its caller as before (:func:`_in_environment`). Returns the address, or None where
+    workers are spawned (a GPU, ``$FP8LAB_VLLM_PROCESSES``)."""
+    from multiprocessing import forkserver
+
+    ctx = worker_context()
+    if not isinstance(ctx, _CallersEnvironment):
+        return None
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    if server._forkserver_address is None:
+        server.ensure_running()
+    if server._forkserver_pid is not None:  # this process's own server (an attached one keeps the variable it came by)
+        os.environ[FORKSERVER_ENV] = f"{server._forkserver_pid}:{server._forkserver_address}"
+    return server._forkserver_address
+
+
+def _attach_shared(server: Any) -> bool:
+    """Have ``server`` (this process's ``multiprocessing`` forkserver handle, not started) connect to the shared
+    forkserver of ``$FP8LAB_FORKSERVER`` when that one still runs; never start one. The fd a client sends as the
+    server's "alive" pipe is only held by the children: the shared server lives as long as the process that
+    started it, and each worker watches its own caller (:func:`caller_pid`)."""
+    from multiprocessing import resource_tracker
+
+    pid_s, _, address = os.environ.get(FORKSERVER_ENV, "").partition(":")
+    try:
+        with open(f"/proc/{int(pid_s)}/cmdline", "rb") as f:
+            if b"multiprocessing.forkserver" not in f.read() or not os.path.exists(address):
+                return False
+    except (ValueError, OSError):  # unset, malformed, or the server is gone
+        return False
+    server._forkserver_address = address
+    server._forkserver_alive_fd = os.open(os.devnull, os.O_RDONLY)
+    server._preload_modules = list(FORKSERVER_PRELOAD)
+    server.ensure_running = resource_tracker.ensure_running  # connect, never start
+    return True
+
+
+#: The process that started this one through :class:`_EnvironmentProcess` (set in the child by
+#: :func:`_in_environment`); None in a process started any other way.
+_CALLER: int | None = None
+
+
+def caller_pid() -> int:
+    """The process that started this worker: the one that called ``start`` for a forkserver child (whose parent is
+    the forkserver), else the parent."""
+    return _CALLER if _CALLER is not None else os.getppid()
 
 
 class _CallersEnvironment:
@@ -400,7 +459,10 @@ class _CallersEnvironment:
         daemon: bool | None = None,
     ) -> Any:
         proc = _EnvironmentProcess(
-            target=_in_environment, name=name, daemon=daemon, args=({}, None, target, tuple(args), dict(kwargs or {}))
+            target=_in_environment,
+            name=name,
+            daemon=daemon,
+            args=({}, None, None, target, tuple(args), dict(kwargs or {})),
         )
         proc.join_group = self._join_group
         return proc
@@ -413,16 +475,21 @@ class _EnvironmentProcess(mp.get_context("forkserver").Process if hasattr(os, "f
     join_group = False  # an engine core (core_from_forkserver) joins the starting worker's process group
 
     def start(self) -> None:
-        _, _, target, args, kwargs = self._args  # type: ignore[attr-defined]
+        _, _, _, target, args, kwargs = self._args  # type: ignore[attr-defined]
         group = os.getpgrp() if self.join_group and hasattr(os, "getpgrp") else None
-        self._args = (dict(os.environ), group, target, args, kwargs)
+        self._args = (dict(os.environ), group, os.getpid(), target, args, kwargs)
         super().start()
 
 
-def _in_environment(environ: dict[str, str], group: int | None, target: Any, args: tuple, kwargs: dict) -> None:
-    """A forkserver child's first step: the starting process's environment; and, for an engine core (``group`` given),
-    the starting worker's process group, so killing the worker's group kills it too, as it would a spawned child of
+def _in_environment(
+    environ: dict[str, str], group: int | None, caller: int | None, target: Any, args: tuple, kwargs: dict
+) -> None:
+    """A forkserver child's first step: the starting process's environment and pid (:func:`caller_pid`, which the
+    worker watches, as it would its parent if it were spawned); and, for an engine core (``group`` given), the
+    starting worker's process group, so killing the worker's group kills it too, as it would a spawned child of
     the worker. fp8lab's own workers take no group here: each makes a group of its own."""
+    global _CALLER
+    _CALLER = caller
     if group is not None and group != os.getpgrp():
         try:
             os.setpgid(0, group)

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import pickle
+import select
 import signal
 import statistics
 import sys
@@ -511,11 +512,36 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
 
 def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
     """Kill this worker's process group (the engine and its children) once ``parent`` is gone: a caller killed
-    by SIGKILL cannot clean up, and an orphaned engine would hold memory and devices until it finished."""
+    by SIGKILL cannot clean up, and an orphaned engine would hold memory and devices until it finished. ``parent``
+    is the process that started this worker (:func:`fp8lab.engine.caller_pid`): this process's parent when it was
+    spawned, else the caller of a forkserver (which may be shared and outlive it), watched through a pidfd."""
+    pidfd: int | None = None
+    if parent != os.getppid():
+        try:
+            pidfd = os.pidfd_open(parent)
+        except ProcessLookupError:  # gone already
+            pidfd = -1
+        except (OSError, AttributeError):  # no pidfd here: poll the pid instead
+            pidfd = None
+
+    def alive() -> bool:
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:  # exists, not ours to signal
+            pass
+        return True
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(interval_s)
+        if pidfd is not None and pidfd >= 0:
+            select.select([pidfd], [], [])  # readable once the process exits
+        elif pidfd is None and parent == os.getppid():
+            while os.getppid() == parent:
+                time.sleep(interval_s)
+        elif pidfd is None:
+            while alive():
+                time.sleep(interval_s)
         try:  # children that left the group too
             import psutil
 
@@ -547,6 +573,8 @@ def entry(
     """Spawn target: :func:`prepare_worker`, then one engine runs every phase."""
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # so the caller can kill the whole engine tree by process group
-        _die_with_parent(os.getppid())
+        from fp8lab.engine import caller_pid
+
+        _die_with_parent(caller_pid())
     prepare_worker(log_path, options.get("env", {}))
     worker_main(spec, phases, options, result_path)

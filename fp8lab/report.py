@@ -322,6 +322,9 @@ def run_notebook(
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     t0 = time.perf_counter()
+    from fp8lab.engine import share_forkserver
+
+    share_forkserver()  # on a CPU, the kernels of this process's notebooks fork their engine workers from one server
     from fp8lab.degrade import notebook_for
 
     # a study this device cannot answer (no native FP8 KV kernel) runs reduced: it says what was not measured and why

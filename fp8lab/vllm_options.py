@@ -96,26 +96,54 @@ def engine_choices() -> dict[str, Any]:
     }
 
 
-def cached_engine_choices(timeout_s: float = 600.0) -> dict[str, Any] | None:
-    """:func:`engine_choices`, asked once per vLLM installation in a subprocess (this process never imports vLLM) and
-    kept in ``~/.cache/fp8lab/`` (``$FP8LAB_CACHE``) under a key of the interpreter and vLLM's install; None when
-    vLLM is not installed or cannot answer (then nothing is checked ahead of the engine)."""
+def _cache_file(kind: str) -> Path | None:
+    """Where the answer ``kind`` about the installed vLLM is kept: ``~/.cache/fp8lab/`` (``$FP8LAB_CACHE``), under a
+    key of the interpreter, vLLM's install (its ``__init__.py`` and that file's mtime) and this module's own code (a
+    changed question is asked again); None when vLLM is not installed."""
     import hashlib
     import importlib.util
     import os
-    import subprocess
     import sys
 
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.origin:
         return None
     init = Path(spec.origin)
-    key = hashlib.sha256(f"{sys.executable}|{init}|{init.stat().st_mtime_ns}".encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("FP8LAB_CACHE") or Path.home() / ".cache" / "fp8lab") / f"vllm-choices-{key}.json"
+    h = hashlib.sha256(f"{sys.executable}|{init}|{init.stat().st_mtime_ns}|".encode())
+    h.update(Path(__file__).read_bytes())
+    root = Path(os.environ.get("FP8LAB_CACHE") or Path.home() / ".cache" / "fp8lab")
+    return root / f"vllm-{kind}-{h.hexdigest()[:16]}.json"
+
+
+def _read_cache(cache: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(cache.read_text())
+        info = json.loads(cache.read_text())
     except (OSError, ValueError):
-        pass
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _write_cache(cache: Path, info: dict[str, Any]) -> None:
+    import os
+
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, cache)
+
+
+def cached_engine_choices(timeout_s: float = 600.0) -> dict[str, Any] | None:
+    """:func:`engine_choices`, asked once per vLLM installation in a subprocess (this process never imports vLLM) and
+    kept in the cache of :func:`_cache_file`; None when vLLM is not installed or cannot answer (then nothing is
+    checked ahead of the engine)."""
+    import subprocess
+    import sys
+
+    cache = _cache_file("choices")
+    if cache is None:
+        return None
+    if (info := _read_cache(cache)) is not None:
+        return info
     try:
         out = subprocess.run(
             [sys.executable, "-m", "fp8lab.vllm_options", "--choices"],
@@ -127,10 +155,20 @@ def cached_engine_choices(timeout_s: float = 600.0) -> dict[str, Any] | None:
         info = json.loads(out.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError, IndexError):
         return None
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, cache)
+    _write_cache(cache, info)
+    return info
+
+
+def cached_inspect_vllm() -> dict[str, Any]:
+    """:func:`inspect_vllm`, computed once per vLLM installation and kept in the cache of :func:`_cache_file`
+    (importing vLLM to read its parsers takes 10-15 s on 2 cores; the audit asks on every run). Raises what
+    :func:`inspect_vllm` raises (ModuleNotFoundError without vLLM); a failure is not cached."""
+    cache = _cache_file("options")
+    if cache is not None and (info := _read_cache(cache)) is not None:
+        return info
+    info = inspect_vllm()
+    if cache is not None:
+        _write_cache(cache, info)
     return info
 
 

@@ -48,6 +48,21 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
+_SHARED = False
+
+
+def pytest_runtest_setup(item) -> None:
+    """Before the first test that may start engines (any tier but tests/unit): this session's engine forkserver,
+    shared with every process the tests start (notebook kernels, ``fp8lab run``, study scripts), so vLLM is
+    imported once per session, not once per process (:func:`fp8lab.engine.share_forkserver`; a CPU only)."""
+    global _SHARED
+    if not _SHARED and "unit" not in item.path.parts:
+        from fp8lab.engine import share_forkserver
+
+        share_forkserver()
+        _SHARED = True
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> str:
     """The shipped model folder (``FP8LAB_TEST_MODEL`` may point elsewhere while developing)."""

@@ -62,7 +62,9 @@ def test_nb07_measures_auto_and_says_fp8_was_not_measured(
     effect (twice the blocks); fp8 is refused before any engine starts, auto is measured, and the run stays
     incomplete so that a device with the kernel fills fp8 in."""
     monkeypatch.setenv("FP8LAB_RUNS", str(tmp_path / "runs"))  # its own store: the native test must not load it
-    _, s = run_nb(NOTEBOOKS_DIR / "07_prefix_cache.ipynb", model_overrides)
+    # what is tested here is the refusal and the incomplete run, not the sweep: two load levels, two trials
+    small = {"ACTIVE": [2, 4], "TRIALS": 2}
+    _, s = run_nb(NOTEBOOKS_DIR / "07_prefix_cache.ipynb", {**model_overrides, **small})
     assert s["engines_status"] == {"auto": "ok", "fp8": "unsupported"}
     assert "FP8LAB_NATIVE_FP8=0" in s["engine_errors"]["fp8"]
     assert s["claim_verdict"] == "not measured" and s["complete"] is False

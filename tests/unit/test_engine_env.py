@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -62,6 +64,7 @@ def test_a_forkserver_child_takes_the_environment_of_the_moment_it_starts(tmp_pa
         print(worker_context().get_start_method())  # a forkserver without vLLM runs here: workers spawn
     """)
     env = {**os.environ, "FP8LAB_VLLM_PROCESSES": "", "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("FP8LAB_FORKSERVER", None)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
     assert out.read_text().strip() == "at-start"
@@ -97,3 +100,126 @@ def test_a_killed_group_is_awaited_until_no_member_lives():
     finally:
         leader.kill()
         leader.wait()
+
+
+# A runner (``fp8lab run``, the notebook tier) shares its forkserver with the notebook kernels it starts. Here the
+# runner and the kernel are two fresh interpreters; the server preloads one light module instead of vLLM (the
+# mechanism is the same, and a unit test must not wait for vLLM's import).
+_RUNNER = """
+import os, subprocess, sys
+import fp8lab.engine as e
+e.FORKSERVER_PRELOAD = ("fp8lab.engine_worker",)
+address = e.share_forkserver()
+from multiprocessing import forkserver
+print(forkserver._forkserver._forkserver_pid, flush=True)
+kernel = subprocess.run([sys.executable, "-c", sys.argv[1]], env=os.environ, timeout=120)
+print("kernel exit", kernel.returncode, flush=True)
+exec(sys.argv[2])  # what the runner does next, its forkserver still running
+"""
+
+_KERNEL = """
+import os, json
+import fp8lab.engine as e
+e.FORKSERVER_PRELOAD = ("fp8lab.engine_worker",)
+ctx = e.worker_context()
+os.environ["FP8LAB_TEST_VAR"] = "the kernel's"
+proc = ctx.Process(target=exec, args=(CHILD,), name="fp8lab-shared-test")
+proc.start()
+{after_start}
+"""
+
+_REPORT = """
+import json, os
+from fp8lab.engine import caller_pid
+json.dump({"ppid": os.getppid(), "caller": caller_pid(), "var": os.environ.get("FP8LAB_TEST_VAR")}, open(OUT, "w"))
+"""
+
+
+def _run_shared(
+    tmp_path, child: str, after_start: str, runner_then: str = ""
+) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "child.json"
+    kernel = f"CHILD = {child!r}.replace('OUT', {repr(str(out))!r})\n" + _KERNEL.format(after_start=after_start)
+    env = {**os.environ, "FP8LAB_VLLM_PROCESSES": "", "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("FP8LAB_FORKSERVER", None)
+    res = subprocess.run(
+        [sys.executable, "-c", _RUNNER, kernel, runner_then],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=tmp_path,
+    )
+    return res, (json.loads(out.read_text()) if out.exists() else {})
+
+
+@pytest.mark.skipif(not devices.cpu_layout(), reason="workers fork from a forkserver on CPU hosts only")
+def test_a_kernel_forks_its_workers_from_the_runners_forkserver(tmp_path):
+    after = """
+proc.join(60)
+from multiprocessing import forkserver
+print(json.dumps({"kernel": os.getpid(), "exit": proc.exitcode, "own_server": forkserver._forkserver._forkserver_pid}))
+"""
+    res, child = _run_shared(tmp_path, _REPORT, after)
+    assert res.returncode == 0, res.stderr[-3000:]
+    server = int(res.stdout.split()[0])
+    kernel = json.loads(res.stdout.strip().splitlines()[-2])
+    assert res.stdout.strip().endswith("kernel exit 0")
+    assert kernel["exit"] == 0 and kernel["own_server"] is None  # the kernel started no forkserver of its own
+    assert child == {"ppid": server, "caller": kernel["kernel"], "var": "the kernel's"}
+
+
+@pytest.mark.skipif(not devices.cpu_layout(), reason="workers fork from a forkserver on CPU hosts only")
+def test_an_engine_worker_dies_with_its_caller_not_with_the_shared_forkserver(tmp_path):
+    """The kernel dies (SIGKILL) while its worker runs: the worker, a child of the runner's forkserver that lives on,
+    kills its group once its caller is gone, as a spawned worker does when its parent dies."""
+    child = """
+import os, time, json
+from fp8lab.engine import caller_pid
+from fp8lab.engine_worker import _die_with_parent
+os.setpgrp()
+_die_with_parent(caller_pid())
+json.dump({"pid": os.getpid(), "caller": caller_pid()}, open(OUT, "w"))
+time.sleep(120)
+"""
+    after = """
+import signal, time
+for _ in range(600):
+    if os.path.exists(OUTFILE):
+        break
+    time.sleep(0.05)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    out = tmp_path / "child.json"
+    watch = f"""
+import json, time
+pid = json.load(open({str(out)!r}))["pid"]
+def exists():
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+deadline = time.monotonic() + 30
+while exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+print("worker", "alive" if exists() else "gone", "server", "alive" if forkserver._forkserver._forkserver_pid else "-")
+"""
+    res, info = _run_shared(tmp_path, child, after.replace("OUTFILE", repr(str(out))), watch)
+    assert res.returncode == 0 and f"kernel exit {-signal.SIGKILL}" in res.stdout, res.stderr[-3000:]
+    assert res.stdout.strip().endswith("worker gone server alive"), res.stdout
+    assert info["caller"] != int(res.stdout.split()[0])  # it watched the kernel, not the forkserver, its parent
+
+
+def test_a_stale_or_foreign_address_is_not_attached(monkeypatch):
+    """``$FP8LAB_FORKSERVER`` naming a process that is gone, or one that is not a forkserver, attaches nothing (the
+    kernel then starts its own server)."""
+    from fp8lab.engine import FORKSERVER_ENV, _attach_shared
+
+    class Handle:
+        _forkserver_address = None
+
+    for value in ("", "junk", f"{2**22 + 12345}:/tmp/none", f"{os.getpid()}:/tmp"):
+        monkeypatch.setenv(FORKSERVER_ENV, value)
+        h = Handle()
+        assert _attach_shared(h) is False and h._forkserver_address is None, value
