@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fp8lab import kvmath
-from fp8lab.specs import SpecError
+from fp8lab.errors import SpecError
 
 #: Columns of :func:`capacity_check`'s table, in order.
 COLUMNS = [

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from fp8lab.specs import SpecError
+from fp8lab.errors import SpecError
 
 
 def _parse_value(name: str, text: str):

@@ -19,7 +19,7 @@ import sys
 from typing import Any, overload
 
 from fp8lab import kvmath
-from fp8lab.specs import SpecError
+from fp8lab.errors import SpecError
 
 EXIT_BAD_INPUT = 2
 

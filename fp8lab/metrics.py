@@ -1,4 +1,4 @@
-"""Serving metrics and the statistics of an A/B comparison (pure numpy/pandas: no vLLM, no torch).
+"""Serving metrics: latency percentiles, throughput, decode steps (pure numpy/pandas: no vLLM, no torch).
 
 Units: seconds for latencies in the data (tables may show milliseconds and say so), tokens per second
 for throughput, requests per second for rates.
@@ -14,23 +14,21 @@ Definitions (the ones the serving study reports):
 - **E2E**: send to last token.
 - Percentiles use numpy's default linear interpolation between order statistics
   (``numpy.percentile(..., method="linear")``, Hyndman & Fan type 7).
-- **Bootstrap CI of a delta**: percentile bootstrap (Efron & Tibshirani, *An Introduction to the
-  Bootstrap*, 1993, ch. 13) of ``stat(B) / stat(A) - 1``. With ``clusters`` the resampling is two-level
-  (trials with replacement, then requests within each chosen trial), so engine-to-engine variation
-  widens the interval (Davison & Hinkley, *Bootstrap Methods*, 1997, sec. 3.8). A delta whose interval
-  contains zero is labelled ``"within noise"``.
-- Paired A/B deltas with t-intervals valid for n and the noise floor of a configuration against itself (a
-  median, never a maximum) live in :mod:`fp8lab.stats`.
+
+Every statistic of a comparison (bootstrap and t intervals, paired A/B deltas, the noise floor of a configuration
+against itself) lives in :mod:`fp8lab.stats`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+
+# fp8lab.longctx still calls ``metrics.bootstrap_delta`` (another helper is splitting that module): switch it to
+# ``stats.bootstrap_delta`` there, then drop this line.
+from fp8lab.stats import bootstrap_delta  # noqa: F401
 
 #: Percentiles reported for every latency metric.
 PERCENTILES: tuple[int, ...] = (50, 95, 99)
@@ -144,124 +142,6 @@ def achieved_rate(sent_s: Iterable[float]) -> float:
 
 
 # --------------------------------------------------------------------------------------------------
-# Bootstrap confidence intervals of a delta
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeltaCI:
-    """``stat(B)`` vs ``stat(A)``: ``delta = stat(B) / stat(A) - 1`` (a fraction; ``delta_pct`` in %), its
-    bootstrap ``ci`` (``lo``, ``hi``, fractions), and ``label`` = ``"within noise"`` when the interval
-    contains zero, else ``"B higher"`` / ``"B lower"``."""
-
-    a: float
-    b: float
-    delta: float
-    lo: float
-    hi: float
-    n_a: int
-    n_b: int
-    n_boot: int
-    ci: float = 0.95
-
-    @property
-    def within_noise(self) -> bool:
-        return bool(not np.isfinite(self.lo) or not np.isfinite(self.hi) or self.lo <= 0.0 <= self.hi)
-
-    @property
-    def label(self) -> str:
-        if self.within_noise:
-            return "within noise"
-        return "B higher" if self.delta > 0 else "B lower"
-
-    def as_dict(self, pct: bool = True) -> dict[str, Any]:
-        d = asdict(self)
-        if pct:
-            for k in ("delta", "lo", "hi"):
-                d[f"{k}_pct"] = 100.0 * d.pop(k)
-        d["within_noise"] = self.within_noise
-        d["label"] = self.label
-        return d
-
-
-def statistic_fn(statistic: str | Callable[[np.ndarray], float]) -> Callable[[np.ndarray], float]:
-    """``"mean"`` | ``"median"`` | ``"pNN"`` (e.g. ``"p99"``) | a callable -> a function of a 1-D array."""
-    if callable(statistic):
-        return statistic
-    if statistic == "mean":
-        return lambda x: float(np.mean(x))
-    if statistic == "median":
-        return lambda x: float(np.median(x))
-    if statistic.startswith("p"):
-        q = float(statistic[1:])
-        return lambda x: float(np.percentile(x, q))
-    raise ValueError(f"statistic = {statistic!r}: allowed: mean | median | pNN (e.g. p99) | a callable")
-
-
-def _groups(values: np.ndarray, clusters: Sequence[Any] | None) -> list[np.ndarray]:
-    if clusters is None:
-        return [values]
-    cl = np.asarray(clusters)
-    if cl.shape[0] != values.shape[0]:
-        raise ValueError(f"clusters has {cl.shape[0]} entries for {values.shape[0]} values")
-    return [values[cl == c] for c in pd.unique(cl)]
-
-
-def _resample(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """One bootstrap replicate: clusters with replacement, then values within each chosen cluster
-    (one cluster: a plain resample of the values)."""
-    if len(groups) == 1:
-        g = groups[0]
-        return g[rng.integers(0, g.size, g.size)]
-    picks = rng.integers(0, len(groups), len(groups))
-    return np.concatenate([groups[i][rng.integers(0, groups[i].size, groups[i].size)] for i in picks])
-
-
-def bootstrap_delta(
-    a: Iterable[float],
-    b: Iterable[float],
-    statistic: str | Callable = "mean",
-    *,
-    clusters_a: Sequence[Any] | None = None,
-    clusters_b: Sequence[Any] | None = None,
-    n_boot: int = 2000,
-    ci: float = 0.95,
-    seed: int = 0,
-) -> DeltaCI:
-    """Relative delta ``stat(b) / stat(a) - 1`` with a percentile-bootstrap ``ci`` interval.
-
-    ``a`` and ``b`` are independent samples (e.g. the TTFTs of every request under auto and under
-    fp8). ``clusters_a`` / ``clusters_b`` (same length as the values; e.g. the trial of each request)
-    make the bootstrap two-level. NaN/inf values are dropped together with their cluster labels.
-    """
-    stat = statistic_fn(statistic)
-
-    def prep(v, cl):
-        arr = np.asarray(list(v) if not isinstance(v, (np.ndarray, pd.Series)) else v, dtype=float)
-        keep = np.isfinite(arr)
-        cl = None if cl is None else np.asarray(cl)[keep]
-        return arr[keep], cl
-
-    va, ca = prep(a, clusters_a)
-    vb, cb = prep(b, clusters_b)
-    nan = float("nan")
-    if va.size == 0 or vb.size == 0:
-        return DeltaCI(nan, nan, nan, nan, nan, int(va.size), int(vb.size), 0, ci)
-    sa, sb = stat(va), stat(vb)
-    delta = sb / sa - 1.0 if sa != 0 else nan
-    ga, gb = _groups(va, ca), _groups(vb, cb)
-    rng = np.random.default_rng(seed)
-    boots = np.empty(n_boot)
-    for i in range(n_boot):
-        ra, rb = stat(_resample(ga, rng)), stat(_resample(gb, rng))
-        boots[i] = rb / ra - 1.0 if ra != 0 else nan
-    boots = boots[np.isfinite(boots)]
-    alpha = (1.0 - ci) / 2.0
-    lo, hi = np.quantile(boots, [alpha, 1.0 - alpha]) if boots.size else (nan, nan)
-    return DeltaCI(float(sa), float(sb), float(delta), float(lo), float(hi), int(va.size), int(vb.size), n_boot, ci)
-
-
-# --------------------------------------------------------------------------------------------------
 # What the engine held at each decode step (for the roofline comparison)
 # --------------------------------------------------------------------------------------------------
 
@@ -326,16 +206,13 @@ def decode_steps(records: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = [
-    "DeltaCI",
     "PERCENTILES",
     "REQUEST_LATENCIES",
     "achieved_rate",
-    "bootstrap_delta",
     "decode_steps",
     "ecdf",
     "explode_itl",
     "latency_table",
     "percentiles",
-    "statistic_fn",
     "throughput",
 ]

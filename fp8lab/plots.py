@@ -1,10 +1,16 @@
 """Plot helpers for the notebooks (seaborn/matplotlib). Each takes a tidy DataFrame, draws one figure and
-returns it; nothing here computes a number that is not in the DataFrame it is given."""
+returns it; nothing here computes a number that is not in the DataFrame it is given.
+
+fp8lab's one plot theme lives here: every ``plots*`` module draws through :func:`theme` and colours a kv dtype
+with :func:`kv_color` / :func:`kv_palette`; a new plots module does the same, never its own ``set_theme``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+#: seaborn's theme for every fp8lab figure (:func:`theme`).
+THEME: dict[str, str] = {"style": "whitegrid", "context": "notebook"}
+#: Colour of a kv dtype (the baseline blue, fp8 orange/red); :data:`OTHER_COLOR` for anything else.
 KV_PALETTE = {
     "auto": "#4C72B0",
     "bfloat16": "#4C72B0",
@@ -13,25 +19,33 @@ KV_PALETTE = {
     "fp8_e4m3": "#DD8452",
     "fp8_e5m2": "#C44E52",
 }
+OTHER_COLOR = "#55A868"
 
 
-def _sns():
-    """pyplot and seaborn with fp8lab's one plot theme (every ``plots*`` module draws through this)."""
+def theme() -> tuple[Any, Any]:
+    """``(pyplot, seaborn)`` with fp8lab's one plot theme (:data:`THEME`) applied: every ``plots*`` function calls
+    this before it draws, so each figure draws in the theme whatever a notebook changed before it."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    sns.set_theme(style="whitegrid", context="notebook")
+    sns.set_theme(**THEME)
     return plt, sns
 
 
-def _palette(values: Any) -> dict[str, str]:
-    return {v: KV_PALETTE.get(v, "#55A868") for v in values}
+def kv_color(kv_dtype: str) -> str:
+    """The colour of one kv dtype (:data:`KV_PALETTE`; :data:`OTHER_COLOR` for one it does not name)."""
+    return KV_PALETTE.get(kv_dtype, OTHER_COLOR)
+
+
+def kv_palette(values: Any) -> dict[str, str]:
+    """``{kv dtype: colour}`` for seaborn's ``palette=``, by :func:`kv_color`."""
+    return {v: kv_color(v) for v in values}
 
 
 def bytes_per_token_bars(summary: Any, kv_dtypes: Any = ("auto", "fp8"), unit: int = 1024) -> Any:
     """Horizontal bars of KV bytes per token (in KiB by default) per model and kv dtype, from rows of
     :func:`fp8lab.kvmath.summary_row` (columns ``model`` and ``bytes_per_token_<dtype>``)."""
-    plt, sns = _sns()
+    plt, sns = theme()
     long = summary.melt(
         id_vars="model",
         value_vars=[f"bytes_per_token_{d}" for d in kv_dtypes],
@@ -41,7 +55,7 @@ def bytes_per_token_bars(summary: Any, kv_dtypes: Any = ("auto", "fp8"), unit: i
     long["kv_dtype"] = long["kv_dtype"].str.removeprefix("bytes_per_token_")
     long["value"] = long["bytes_per_token"] / unit
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(summary) + 1.5))
-    sns.barplot(long, y="model", x="value", hue="kv_dtype", palette=_palette(kv_dtypes), ax=ax)
+    sns.barplot(long, y="model", x="value", hue="kv_dtype", palette=kv_palette(kv_dtypes), ax=ax)
     ax.set(xlabel=f"KV cache per token ({'KiB' if unit == 1024 else f'x{unit} B'}; all layers, 1 sequence)", ylabel="")
     fig.tight_layout()
     return fig
@@ -50,7 +64,7 @@ def bytes_per_token_bars(summary: Any, kv_dtypes: Any = ("auto", "fp8"), unit: i
 def kv_vs_context(rows: Any, models: Any = None) -> Any:
     """KV GiB of a batch vs context length (log-log axes), one line per model, solid/dashed per kv dtype,
     from rows of :func:`fp8lab.kvmath.kv_gib_vs_context`."""
-    plt, sns = _sns()
+    plt, sns = theme()
     df = rows if models is None else rows[rows.model.isin(models)]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     sns.lineplot(df, x="context_len", y="kv_gib", hue="model", style="kv_dtype", marker="o", ax=ax)
@@ -66,9 +80,9 @@ def kv_vs_context(rows: Any, models: Any = None) -> Any:
 def concurrency_bars(plan: Any) -> Any:
     """Max concurrent full-length sequences per model and kv dtype, from rows of
     :func:`fp8lab.kvmath.plan_capacity`; models that do not fit are marked."""
-    plt, sns = _sns()
+    plt, sns = theme()
     fig, ax = plt.subplots(figsize=(8, 0.45 * plan.model.nunique() + 1.5))
-    sns.barplot(plan, y="model", x="max_concurrency", hue="kv_dtype", palette=_palette(plan.kv_dtype.unique()), ax=ax)
+    sns.barplot(plan, y="model", x="max_concurrency", hue="kv_dtype", palette=kv_palette(plan.kv_dtype.unique()), ax=ax)
     for c in ax.containers:
         ax.bar_label(c, fmt="%d", fontsize="x-small", padding=2)
     for i, m in enumerate(plan.model.unique()):
@@ -86,7 +100,7 @@ def concurrency_bars(plan: Any) -> Any:
 def memory_stack(mem: Any, ncols: int = 5) -> Any:
     """Stacked bars weights + KV (GiB) per kv dtype, one panel per model (``ncols`` per row), from rows of
     :func:`fp8lab.kvmath.memory_rows`, annotated with the total relative to the first kv dtype."""
-    plt, _ = _sns()
+    plt, _ = theme()
     models = list(dict.fromkeys(mem.model))
     cols = min(ncols, len(models))
     rows = -(-len(models) // cols)
@@ -100,7 +114,7 @@ def memory_stack(mem: Any, ncols: int = 5) -> Any:
             d.kv_dtype,
             d.kv_gib,
             bottom=d.weight_gib,
-            color=[KV_PALETTE.get(k, "#55A868") for k in d.kv_dtype],
+            color=[kv_color(k) for k in d.kv_dtype],
             label="KV cache",
         )
         for x, (tot, rel) in enumerate(zip(d.total_gib, d.total_vs_first, strict=True)):
@@ -118,7 +132,7 @@ def memory_stack(mem: Any, ncols: int = 5) -> Any:
 
 def capacity_check_bars(check: Any) -> Any:
     """Predicted vs engine-reported KV blocks per kv dtype, from :func:`fp8lab.capacity.capacity_check`."""
-    plt, sns = _sns()
+    plt, sns = theme()
     long = check.melt(
         id_vars="kv_dtype", value_vars=["predicted_blocks", "engine_blocks"], var_name="source", value_name="blocks"
     ).dropna()
@@ -134,4 +148,16 @@ def capacity_check_bars(check: Any) -> Any:
     return fig
 
 
-__all__ = ["bytes_per_token_bars", "capacity_check_bars", "concurrency_bars", "kv_vs_context", "memory_stack"]
+__all__ = [
+    "KV_PALETTE",
+    "OTHER_COLOR",
+    "THEME",
+    "bytes_per_token_bars",
+    "capacity_check_bars",
+    "concurrency_bars",
+    "kv_color",
+    "kv_palette",
+    "kv_vs_context",
+    "memory_stack",
+    "theme",
+]

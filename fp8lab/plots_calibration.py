@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fp8lab.plots import _sns
+from fp8lab.plots import theme
 
 STRATEGY_COLORS = {"tensor": "#4C72B0", "attn_head": "#DD8452"}
 
@@ -15,7 +15,7 @@ STRATEGY_COLORS = {"tensor": "#4C72B0", "attn_head": "#DD8452"}
 def scale_heatmaps(scales: Any, names: Sequence[str], fmt: str = "e4m3", strategy: str = "attn_head") -> Any:
     """Heatmaps of the scales, layer (rows) x KV head (columns), one row of panels per set in
     ``names`` and one column per tensor (K, V). ``scales``: rows of ``ScaleSet.to_frame``."""
-    plt, sns = _sns()
+    plt, sns = theme()
     s = scales[(scales.format == fmt) & (scales.strategy == strategy)]
     fig, axes = plt.subplots(len(names), 2, figsize=(7, 2.2 + 1.6 * len(names)), squeeze=False)
     for i, name in enumerate(names):
@@ -36,7 +36,7 @@ def reldiff_heatmaps(
 ) -> Any:
     """Relative scale difference of set ``name`` against the large set, layer x KV head, per strategy
     (rows) and tensor (columns); cells at or above ``threshold`` are outlined."""
-    plt, sns = _sns()
+    plt, sns = theme()
     d0 = diff[(diff["name"] == name) & (diff.format == fmt)]
     strategies = [s for s in strategies if (d0.strategy == s).any()]
     fig, axes = plt.subplots(len(strategies), 2, figsize=(7, 1.2 + 2.2 * len(strategies)), squeeze=False)
@@ -65,7 +65,7 @@ def convergence_curve(conv: Any, points: Any | None = None, threshold: float = 0
     strategy (colour) and tensor (panel): the line is the mean over random subsets, the band their range.
     ``points``: rows ``name, n_tokens, strategy, tensor, rel_diff_mean`` drawn as labelled markers (the
     reports' prompt); the dashed line is the claim's ``threshold``."""
-    plt, sns = _sns()
+    plt, sns = theme()
     tensors = list(dict.fromkeys(conv.tensor))
     fig, axes = plt.subplots(1, len(tensors), figsize=(5.5 * len(tensors), 4), sharey=True, squeeze=False)
     for ax, t in zip(axes[0], tensors, strict=True):
@@ -116,7 +116,7 @@ def convergence_curve(conv: Any, points: Any | None = None, threshold: float = 0
 def quant_error_bars(err_summary: Any, rounding: str = "rtz", fmt: str = "e4m3") -> Any:
     """Held-out K/V round trip per scale set: SNR (dB, top) and clipping rate (bottom, log), per
     tensor (columns), strategy (colour)."""
-    plt, sns = _sns()
+    plt, sns = theme()
     e = err_summary[(err_summary.rounding == rounding) & (err_summary.format == fmt)]
     tensors = list(dict.fromkeys(e.tensor))
     fig, axes = plt.subplots(2, len(tensors), figsize=(5.5 * len(tensors), 6.5), squeeze=False)
@@ -143,7 +143,7 @@ def quality_deltas(summary: Any, metrics: Sequence[str] = ("delta_ppl_pct", "tf_
     """Study 03's measures per KV config (rows of ``quality.summary_table``, index = label): one panel
     per metric, ``auto`` included as the reference; ``delta_ppl_pct`` gets its paired bootstrap 95%
     interval (``delta_ppl_pct_ci``) as error bars."""
-    plt, _ = _sns()
+    plt, _ = theme()
     s = summary[summary.status == "ok"].reset_index()
     titles = {
         "delta_ppl_pct": "Δ perplexity vs auto (%, 95% CI)",

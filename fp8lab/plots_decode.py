@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fp8lab.plots import _palette, _sns
+from fp8lab.plots import kv_palette, theme
 
 
 def step_vs_context(points: Any, fits: Any, base: str = "auto", other: str = "fp8") -> Any:
@@ -13,10 +13,10 @@ def step_vs_context(points: Any, fits: Any, base: str = "auto", other: str = "fp
     line (:func:`fp8lab.decode.fit_table`). Axes start at zero, so a small difference looks small."""
     import numpy as np
 
-    plt, _ = _sns()
+    plt, _ = theme()
     batches = sorted(points.batch.unique())
     fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.6), squeeze=False)
-    pal = _palette([base, other])
+    pal = kv_palette([base, other])
     for ax, b in zip(axes[0], batches, strict=True):
         p = points[points.batch == b].sort_values("context_len")
         for d in (base, other):
@@ -39,7 +39,7 @@ def ratio_by_point(points: Any) -> Any:
     band is the median same-config noise floor around 1."""
     import numpy as np
 
-    plt, sns = _sns()
+    plt, sns = theme()
     fig, ax = plt.subplots(figsize=(8, 3.8))
     for b, p in points.sort_values("context_len").groupby("batch"):
         ax.errorbar(

@@ -8,13 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from fp8lab.plots import KV_PALETTE, _sns
+from fp8lab.plots import kv_color, theme
 
 _OUTCOME_MARKER = {"held": "o", "ok": "o", "preempted": "X", "serialized": "s"}
-
-
-def _color(d: str) -> str:
-    return KV_PALETTE.get(d, "#55A868")
 
 
 def _tokens_axis(ax: Any) -> None:
@@ -29,7 +25,7 @@ def latency_vs_length(ramp: Any, growth: Any = None) -> Any:
     time (filled markers, with the fitted growth curve dashed) and at the fixed concurrency (hollow)."""
     from fp8lab.longctx import fitted
 
-    plt, _ = _sns()
+    plt, _ = theme()
     metrics = [
         ("ttft_p50_s", "TTFT (median)"),
         ("itl_p50_s", "ITL P50"),
@@ -46,15 +42,15 @@ def latency_vs_length(ramp: Any, growth: Any = None) -> Any:
                 1e3 * g[m],
                 marker="o",
                 ls="-" if c == 1 else ":",
-                color=_color(dt),
-                mfc=_color(dt) if c == 1 else "white",
+                color=kv_color(dt),
+                mfc=kv_color(dt) if c == 1 else "white",
                 label=f"{dt}, c={c}",
             )
             if c == 1 and growth is not None and len(growth):
                 f = growth[(growth.kv_dtype == dt) & (growth.metric == m)]
                 if len(f) and np.isfinite(f.iloc[0]["a"]):
                     xs = np.geomspace(g.length.min(), g.length.max(), 100)
-                    ax.plot(xs, 1e3 * fitted(f.iloc[0], xs), ls="--", lw=1, color=_color(dt), alpha=0.7)
+                    ax.plot(xs, 1e3 * fitted(f.iloc[0], xs), ls="--", lw=1, color=kv_color(dt), alpha=0.7)
         _tokens_axis(ax)
         ax.set_yscale("log")
         ax.set(title=title, xlabel="prompt length (tokens)", ylabel="ms")
@@ -67,16 +63,16 @@ def latency_vs_length(ramp: Any, growth: Any = None) -> Any:
 def memory_vs_length(ramp: Any) -> Any:
     """KV cache in use (GiB: sampled usage x pool) and device memory (GiB: NVML on GPU, RSS of the engine's
     processes on CPU) at each length, per dtype and concurrency."""
-    plt, _ = _sns()
+    plt, _ = theme()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     ran = ramp[ramp.outcome.isin(["ok", "held", "preempted", "serialized"])] if len(ramp) else ramp
     for (dt, c), g in ran.groupby(["kv_dtype", "concurrency"], sort=False):
         g = g.sort_values("length")
         kw = dict(
             marker="o",
-            color=_color(dt),
+            color=kv_color(dt),
             ls="-" if c == 1 else ":",
-            mfc=_color(dt) if c == 1 else "white",
+            mfc=kv_color(dt) if c == 1 else "white",
             label=f"{dt}, c={c}",
         )
         axes[0].plot(g.length, g.kv_used_bytes / 2**30, **kw)
@@ -94,17 +90,23 @@ def capacity_frontier(frontier: Any, boundary: Any, concurrency: int) -> Any:
     """Left: largest concurrency per length (formula line, engine's block count dashed, measured points)
     with the fixed-concurrency outcome marked at ``concurrency``. Right: longest single-sequence context
     per dtype: formula, vLLM's estimate (measured by the probe), and what the ramp needed."""
-    plt, _ = _sns()
+    plt, _ = theme()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 2]})
     ax = axes[0]
     col = f"outcome_c{concurrency}"
     for i, (dt, g) in enumerate(frontier.groupby("kv_dtype", sort=False)):
         g = g.sort_values("length")
         nudge = 1.04**i  # side by side where the dtypes' markers would hide each other
-        ax.plot(g.length, g.max_conc_formula, color=_color(dt), label=f"{dt}: formula")
-        ax.plot(g.length, g.max_conc_engine, color=_color(dt), ls="--", lw=1, label=f"{dt}: engine blocks")
+        ax.plot(g.length, g.max_conc_formula, color=kv_color(dt), label=f"{dt}: formula")
+        ax.plot(g.length, g.max_conc_engine, color=kv_color(dt), ls="--", lw=1, label=f"{dt}: engine blocks")
         ax.scatter(
-            g.length, g.max_conc_measured, color=_color(dt), marker="D", s=25, zorder=3, label=f"{dt}: measured KV use"
+            g.length,
+            g.max_conc_measured,
+            color=kv_color(dt),
+            marker="D",
+            s=25,
+            zorder=3,
+            label=f"{dt}: measured KV use",
         )
         if col in g:
             for outcome, h in g.groupby(col):
@@ -113,8 +115,8 @@ def capacity_frontier(frontier: Any, boundary: Any, concurrency: int) -> Any:
                     [concurrency] * len(h),
                     marker=_OUTCOME_MARKER.get(outcome, "^"),
                     s=70,
-                    facecolor="white" if outcome == "held" else _color(dt),
-                    edgecolor=_color(dt),
+                    facecolor="white" if outcome == "held" else kv_color(dt),
+                    edgecolor=kv_color(dt),
                     zorder=4,
                     label=f"{dt}: c={concurrency} {outcome}",
                 )
@@ -135,7 +137,7 @@ def capacity_frontier(frontier: Any, boundary: Any, concurrency: int) -> Any:
         x - w / 2,
         b.longest_formula.astype(float),
         w,
-        color=[_color(d) for d in b.kv_dtype],
+        color=[kv_color(d) for d in b.kv_dtype],
         alpha=0.5,
         label="formula",
         edgecolor="black",
@@ -144,7 +146,7 @@ def capacity_frontier(frontier: Any, boundary: Any, concurrency: int) -> Any:
         x + w / 2,
         b.longest_measured.astype(float),
         w,
-        color=[_color(d) for d in b.kv_dtype],
+        color=[kv_color(d) for d in b.kv_dtype],
         label="vLLM estimate (probe)",
         edgecolor="black",
         hatch="//",
@@ -169,7 +171,7 @@ def capacity_frontier(frontier: Any, boundary: Any, concurrency: int) -> Any:
 def blocksize_sweep(bs: Any) -> Any:
     """TTFT, ITL P50 and E2E (ms) per block size at each sweep length and dtype; sizes the backend
     rejected are written under the axis."""
-    plt, _ = _sns()
+    plt, _ = theme()
     metrics = [("ttft_p50_s", "TTFT (median)"), ("itl_p50_s", "ITL P50"), ("e2e_p50_s", "E2E (median)")]
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     ok = bs[bs.outcome == "ok"]
@@ -180,7 +182,7 @@ def blocksize_sweep(bs: Any) -> Any:
                 g.block_size.astype(str),
                 1e3 * g[m],
                 marker="o",
-                color=_color(dt),
+                color=kv_color(dt),
                 label=f"{dt}, {L:,} tokens",
                 ls="-" if L == bs.length.max() else ":",
             )
@@ -200,13 +202,13 @@ def divergence_vs_position(bypos: Any, bin_tokens: int | None = None) -> Any:
     """Per position bin: top-1 flip rate and mean |Δ logprob| of each candidate dtype against auto (real
     text solid, random tokens dotted), and the baseline's own NLL per token (where the model stops
     using its context)."""
-    plt, _ = _sns()
+    plt, _ = theme()
     fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
     for (dt, src), g in bypos.groupby(["kv_dtype", "source"], sort=False):
         ls = "-" if src == "text" else ":"
-        axes[0].plot(g.pos_bin, 100 * g.flip_rate, ls=ls, marker=".", color=_color(dt), label=f"{dt}, {src}")
-        axes[1].plot(g.pos_bin, g.abs_dlogprob, ls=ls, marker=".", color=_color(dt), label=f"{dt}, {src}")
-        axes[2].plot(g.pos_bin, g.nll_base, ls=ls, marker=".", color=_color("auto"), label=f"auto, {src}")
+        axes[0].plot(g.pos_bin, 100 * g.flip_rate, ls=ls, marker=".", color=kv_color(dt), label=f"{dt}, {src}")
+        axes[1].plot(g.pos_bin, g.abs_dlogprob, ls=ls, marker=".", color=kv_color(dt), label=f"{dt}, {src}")
+        axes[2].plot(g.pos_bin, g.nll_base, ls=ls, marker=".", color=kv_color("auto"), label=f"auto, {src}")
     for ax, (t, y) in zip(
         axes,
         (
@@ -227,7 +229,7 @@ def divergence_vs_position(bypos: Any, bin_tokens: int | None = None) -> Any:
 
 def passkey_heatmap(pk: Any) -> Any:
     """Passkey accuracy per (length, depth), one panel per dtype."""
-    plt, sns = _sns()
+    plt, sns = theme()
     dts = list(dict.fromkeys(pk.kv_dtype))
     fig, axes = plt.subplots(1, len(dts), figsize=(4.5 * len(dts), 3.2), squeeze=False)
     for ax, dt in zip(axes[0], dts, strict=True):

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fp8lab.plots import _palette, _sns
+from fp8lab.plots import kv_palette, theme
 
 
 def hit_rate_vs_active(sweep: Any, predicted: Any, kv_dtypes: Any = ("auto", "fp8")) -> Any:
     """Hit rate against the number of active conversations, one panel per workload: measured means (dots),
     the replayed prediction for each dtype's block count (lines) and for an unbounded cache (grey dashes)."""
-    plt, _ = _sns()
+    plt, _ = theme()
     works = list(dict.fromkeys(predicted.workload))
     fig, axes = plt.subplots(1, len(works), figsize=(4.2 * len(works), 3.6), squeeze=False)
-    pal = _palette(kv_dtypes)
+    pal = kv_palette(kv_dtypes)
     for ax, w in zip(axes[0], works, strict=True):
         p = predicted[predicted.workload == w]
         for d in kv_dtypes:
@@ -35,10 +35,10 @@ def hit_rate_vs_active(sweep: Any, predicted: Any, kv_dtypes: Any = ("auto", "fp
 
 def ttft_vs_active(sweep: Any, kv_dtypes: Any = ("auto", "fp8")) -> Any:
     """Mean TTFT (ms) against active conversations per workload, each dtype (means over trials)."""
-    plt, _ = _sns()
+    plt, _ = theme()
     works = list(dict.fromkeys(sweep.workload))
     fig, axes = plt.subplots(1, len(works), figsize=(4.2 * len(works), 3.6), squeeze=False)
-    pal = _palette(kv_dtypes)
+    pal = kv_palette(kv_dtypes)
     for ax, w in zip(axes[0], works, strict=True):
         s = sweep[sweep.workload == w].sort_values("n_active")
         for d in kv_dtypes:

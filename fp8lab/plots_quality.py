@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fp8lab.plots import KV_PALETTE, _sns
+from fp8lab.plots import KV_PALETTE, theme
 
 _EXTRA = ["#55A868", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD"]
 
@@ -22,7 +22,7 @@ def palette(labels: Sequence[str]) -> dict[str, str]:
 def top3_by_category(greedy: Any, threshold: float = 0.85, band: tuple[float, float] = (0.92, 0.96)) -> Any:
     """Bars: mean top-3 token match per prompt category and KV config (95% bootstrap CI over prompts),
     with the reports' 0.85 "calibration failed" line and their 0.92-0.96 "fine" band."""
-    plt, sns = _sns()
+    plt, sns = theme()
     labels = list(dict.fromkeys(greedy.label))
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.axhspan(*band, color="#55A868", alpha=0.15, label=f"reports' 'fine' {band[0]}-{band[1]}")
@@ -48,7 +48,7 @@ def divergence_ecdf(greedy: Any, gen_tokens: int) -> Any:
     """ECDF of the first divergent token position per KV config, over all prompts; prompts that never
     diverge count as ``gen_tokens``, just beyond the axis, so a curve's height at the right edge is the
     fraction that diverged within the generation."""
-    plt, sns = _sns()
+    plt, sns = theme()
     labels = list(dict.fromkeys(greedy.label))
     fig, ax = plt.subplots(figsize=(7, 4))
     sns.ecdfplot(greedy, x="first_div_censored", hue="label", palette=palette(labels), ax=ax)
@@ -66,7 +66,7 @@ def divergence_ecdf(greedy: Any, gen_tokens: int) -> Any:
 def teacher_by_position(bypos: Any, bin_tokens: int) -> Any:
     """Three panels over context position (bins of ``bin_tokens``): teacher-forced top-1 agreement,
     mean |delta logprob| of the actual token, mean KL lower bound; one line per candidate."""
-    plt, sns = _sns()
+    plt, sns = theme()
     labels = list(dict.fromkeys(bypos.label))
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     for ax, (col, name) in zip(
@@ -89,7 +89,7 @@ def teacher_by_position(bypos: Any, bin_tokens: int) -> Any:
 
 def topk_overlap_curve(curve: Any) -> Any:
     """Mean top-k overlap with the baseline vs k, one line per candidate (teacher-forced)."""
-    plt, sns = _sns()
+    plt, sns = theme()
     labels = list(dict.fromkeys(curve.label))
     fig, ax = plt.subplots(figsize=(6, 3.8))
     sns.lineplot(curve, x="k", y="overlap", hue="label", palette=palette(labels), marker="o", ax=ax)
@@ -101,7 +101,7 @@ def topk_overlap_curve(curve: Any) -> Any:
 def ppl_and_task(ppl: Any, task: Any) -> Any:
     """Three panels per KV config (means, 95% bootstrap CIs): perplexity per held-out window, copy-task
     greedy token accuracy, copy-task teacher-forced accuracy (when present)."""
-    plt, sns = _sns()
+    plt, sns = theme()
     labels = list(dict.fromkeys(list(ppl.label) + list(task.label)))
     panels = [(ppl, "ppl", "perplexity per held-out window")]
     if len(task):
@@ -124,7 +124,7 @@ def ppl_and_task(ppl: Any, task: Any) -> Any:
 def roundtrip_by_layer(rt: Any, scale: str = "1.0") -> Any:
     """Relative round-trip error of the captured tensors per layer, one panel per tensor (K, V, Q),
     bars per format x rounding, at one scale choice."""
-    plt, sns = _sns()
+    plt, sns = theme()
     df = rt[rt.scale == scale].assign(setting=lambda d: d.format + " " + d.rounding)
     g = sns.catplot(
         df,
@@ -145,7 +145,7 @@ def roundtrip_points(points: Any) -> Any:
     """What each rounding does to the numbers: stored-minus-true error vs the true value for a sample
     of one tensor, a panel per rounding (rows) and format (columns). RTZ's error always points toward
     zero (and grows with |x|); RNE's is centred on zero and half as wide."""
-    plt, sns = _sns()
+    plt, sns = theme()
     fmts, rnds = list(dict.fromkeys(points.format)), list(dict.fromkeys(points.rounding))
     fig, axes = plt.subplots(
         len(rnds), len(fmts), figsize=(5.5 * len(fmts), 2.8 * len(rnds)), squeeze=False, sharex=True, sharey="col"
@@ -167,7 +167,7 @@ def roundtrip_points(points: Any) -> Any:
 
 def attention_error(attn: Any) -> Any:
     """Relative error of the attention outputs per layer when K/V (and optionally Q) go through FP8."""
-    plt, sns = _sns()
+    plt, sns = theme()
     df = attn.assign(setting=lambda d: d.format + " " + d.rounding + d.quantize_q.map({True: " +Q", False: ""}))
     fig, ax = plt.subplots(figsize=(9, 3.8))
     sns.barplot(df, x="layer", y="out_rel_err", hue="setting", ax=ax)

@@ -9,28 +9,20 @@ from typing import Any
 import numpy as np
 
 from fp8lab.metrics import ecdf
-from fp8lab.plots import KV_PALETTE, _sns
-
-
-def _palette(values: Any) -> dict[str, str]:
-    return {v: KV_PALETTE.get(v, "#55A868") for v in values}
-
-
-def _color(d: str) -> str:
-    return KV_PALETTE.get(d, "#55A868")
+from fp8lab.plots import kv_color, kv_palette, theme
 
 
 def capacity_bars(capacity: Any, search: Any = None) -> Any:
     """KV capacity in tokens per dtype (measured bars, formula as a black tick) and, when the capacity
     search ran, the largest concurrency without preemption (measured vs formula vs vLLM's block
     accounting)."""
-    plt, sns = _sns()
+    plt, sns = theme()
     ok = capacity[capacity.status == "ok"]
     n = 2 if search is not None and len(search) else 1
     fig, axes = plt.subplots(1, n, figsize=(5.5 * n, 3.6), squeeze=False)
     ax = axes[0, 0]
     x = np.arange(len(ok))
-    ax.bar(x, ok.kv_capacity_tokens, color=[_color(d) for d in ok.kv_dtype])
+    ax.bar(x, ok.kv_capacity_tokens, color=[kv_color(d) for d in ok.kv_dtype])
     for i, r in enumerate(ok.itertuples()):
         if r.predicted_blocks is not None and not (
             isinstance(r.predicted_blocks, float) and np.isnan(r.predicted_blocks)
@@ -74,7 +66,7 @@ def capacity_bars(capacity: Any, search: Any = None) -> Any:
                 w,
                 label=label,
                 hatch=hatch,
-                color=[_color(d) for d in s.kv_dtype],
+                color=[kv_color(d) for d in s.kv_dtype],
                 edgecolor="black",
                 alpha=1.0 if j == 0 else 0.45,
             )
@@ -92,12 +84,12 @@ def capacity_bars(capacity: Any, search: Any = None) -> Any:
 def throughput_vs_concurrency(tput: Any, column: str = "output_tok_s") -> Any:
     """Closed-loop throughput vs concurrency: every trial as a dot, the mean as a line; phases with
     preemptions are ringed in red."""
-    plt, sns = _sns()
+    plt, sns = theme()
     fig, ax = plt.subplots(figsize=(7, 4))
     for d, g in tput.groupby("kv_dtype", sort=False):
         m = g.groupby("concurrency")[column].mean()
-        ax.plot(m.index, m.values, marker="o", color=_color(d), label=d)
-        ax.scatter(g.concurrency, g[column], color=_color(d), alpha=0.4, s=18)
+        ax.plot(m.index, m.values, marker="o", color=kv_color(d), label=d)
+        ax.scatter(g.concurrency, g[column], color=kv_color(d), alpha=0.4, s=18)
         pre = g[g.preemptions > 0]
         ax.scatter(
             pre.concurrency,
@@ -122,13 +114,13 @@ def latency_percentiles(
     lat: Any, metrics: tuple[str, ...] = ("ttft_ms", "tpot_ms"), stats: tuple[str, ...] = ("p50", "p99")
 ) -> Any:
     """Bars of TTFT and TPOT (ms) per request class and dtype, one panel per metric and percentile."""
-    plt, sns = _sns()
+    plt, sns = theme()
     fig, axes = plt.subplots(len(metrics), len(stats), figsize=(5 * len(stats), 3.2 * len(metrics)), squeeze=False)
     for i, m in enumerate(metrics):
         d = lat[lat.metric == m]
         for j, st in enumerate(stats):
             ax = axes[i, j]
-            sns.barplot(d, x="cls", y=st, hue="kv_dtype", palette=_palette(d.kv_dtype.unique()), ax=ax)
+            sns.barplot(d, x="cls", y=st, hue="kv_dtype", palette=kv_palette(d.kv_dtype.unique()), ax=ax)
             ax.set(xlabel="request class", ylabel=f"{m.removesuffix('_ms').upper()} {st.upper()} (ms)")
             if i or j:
                 ax.get_legend().remove() if ax.get_legend() else None
@@ -149,14 +141,14 @@ def _log_ms_axis(ax: Any) -> None:
 
 def itl_cdf(itl: Any, by_class: bool = True) -> Any:
     """Empirical CDF of every inter-token latency (ms, log axis), per dtype; one panel per class."""
-    plt, sns = _sns()
+    plt, sns = theme()
     classes = sorted(itl.cls.unique()) if by_class else [None]
     fig, axes = plt.subplots(1, len(classes), figsize=(4.2 * len(classes), 3.4), squeeze=False, sharey=True)
     for ax, c in zip(axes[0], classes, strict=True):
         sub = itl if c is None else itl[itl.cls == c]
         for d, g in sub.groupby("kv_dtype", sort=False):
             x, f = ecdf(g.itl_ms)
-            ax.step(x, f, where="post", color=_color(d), label=f"{d} (n={x.size})")
+            ax.step(x, f, where="post", color=kv_color(d), label=f"{d} (n={x.size})")
         _log_ms_axis(ax)
         ax.set(
             xlabel="inter-token latency (ms)",
@@ -173,7 +165,7 @@ def delta_forest(deltas: Any) -> Any:
     grey band: the metric's noise floor (median difference between consecutive trials of one config). Green =
     better, red = worse, grey = within noise (the interval contains 0); a hollow marker: outside the interval's
     0 but not beyond the noise floor."""
-    plt, sns = _sns()
+    plt, sns = theme()
     d = deltas.reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(d) + 1.4))
     y = np.arange(len(d))[::-1]
@@ -206,7 +198,7 @@ def roofline(grid: Any, measured: Any, bandwidth_gbs: float) -> Any:
     """Left: the ITL lower bound vs context length for each batch size (solid: baseline dtype, dashed:
     the others). Right: measured median ITL per bin of KV tokens read per step (dots) against the bound
     (lines), one color per dtype."""
-    plt, sns = _sns()
+    plt, sns = theme()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
     dtypes = list(dict.fromkeys(grid.kv_dtype))
     cmap = plt.get_cmap("viridis")
@@ -238,12 +230,12 @@ def roofline(grid: Any, measured: Any, bandwidth_gbs: float) -> Any:
         w = grid.weight_bytes.iloc[0]
         for d in dtypes:
             k = grid[grid.kv_dtype == d].kv_bytes_per_token.iloc[0]
-            a2.plot(t, (w + t * k) / (bandwidth_gbs * 1e9) * 1e3, color=_color(d), label=f"{d} bound")
+            a2.plot(t, (w + t * k) / (bandwidth_gbs * 1e9) * 1e3, color=kv_color(d), label=f"{d} bound")
             m = measured[measured.kv_dtype == d]
             a2.scatter(
                 m.kv_tokens,
                 m.itl_ms,
-                color=_color(d),
+                color=kv_color(d),
                 s=12 + 60 * m.n / measured.n.max(),
                 label=f"{d} measured (median)",
                 edgecolors="black",
@@ -269,10 +261,10 @@ def roofline(grid: Any, measured: Any, bandwidth_gbs: float) -> Any:
 
 def kv_usage_over_time(timeline: Any) -> Any:
     """KV-cache usage (%) over the engine's life, one line per dtype (one trial), phases labelled."""
-    plt, sns = _sns()
+    plt, sns = theme()
     fig, ax = plt.subplots(figsize=(11, 3.4))
     for d, g in timeline.groupby("kv_dtype", sort=False):
-        ax.plot(g.t_s - g.t_s.min(), 100 * g.kv_usage, color=_color(d), label=d, lw=1)
+        ax.plot(g.t_s - g.t_s.min(), 100 * g.kv_usage, color=kv_color(d), label=d, lw=1)
     first = timeline[timeline.kv_dtype == timeline.kv_dtype.iloc[0]]
     t0 = first.t_s.min()
     for p, g in first.groupby("phase", sort=False):

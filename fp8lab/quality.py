@@ -51,6 +51,7 @@ from fp8lab.specs import (
     read_text,
     resolve_model,
 )
+from fp8lab.stats import bootstrap_ci, bootstrap_mean_ci
 
 #: The field reports' protocol: first N generated tokens, its "calibration failed" threshold and "fine" band.
 REPORT_N_TOKENS = 3
@@ -129,27 +130,6 @@ def perplexity(logprobs: Sequence[float]) -> float:
     a = np.asarray(list(logprobs), dtype=np.float64)
     a = a[np.isfinite(a)]
     return float(np.exp(-a.mean())) if a.size else float("nan")
-
-
-def bootstrap_ci(
-    stat: Any, n_items: int, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap ``(lo, hi)`` of ``stat(idx)``, a statistic of the items at indices ``idx``
-    (resampled with replacement, seeded); pairing is kept by indexing every paired array with ``idx``."""
-    if n_items == 0:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    vals = np.array([stat(rng.integers(0, n_items, size=n_items)) for _ in range(n_boot)], dtype=np.float64)
-    return float(np.quantile(vals, alpha / 2)), float(np.quantile(vals, 1 - alpha / 2))
-
-
-def bootstrap_mean_ci(
-    values: Sequence[float], n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap ``(lo, hi)`` of the mean of the finite ``values``."""
-    a = np.asarray(list(values), dtype=np.float64)
-    a = a[np.isfinite(a)]
-    return bootstrap_ci(lambda i: a[i].mean(), a.size, n_boot, alpha, seed)
 
 
 def delta_ppl_pct(nll_base: Sequence[float], nll_cand: Sequence[float], n_tokens: Sequence[int]) -> float:
@@ -1260,12 +1240,10 @@ __all__ = [
     "QualitySpec",
     "VerdictRules",
     "agreement_rate",
-    "bootstrap_ci",
     "delta_ppl_pct",
     "capture_prompts",
     "roundtrip_points",
     "attention_error_table",
-    "bootstrap_mean_ci",
     "by_position",
     "copy_task_items",
     "engine_roundtrip",

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT, runs_dir
-from fp8lab.specs import SpecError
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
 #: The test suite's notebook tier runs on this profile (cpu-tiny with fewer repetitions; profiles.yaml says why).

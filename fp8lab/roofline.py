@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fp8lab import kvmath
-from fp8lab.specs import SpecError
+from fp8lab.errors import SpecError
 
 
 def weight_bytes_per_step(model: kvmath.LayoutLike, weight_dtype: str = "auto", tp: int = 1) -> int:

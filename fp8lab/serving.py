@@ -1189,7 +1189,7 @@ def _metric_samples(res: ServingResult, m: Metric, kv_dtype: str) -> tuple[np.nd
 def _per_trial(values: np.ndarray, trials: np.ndarray, statistic: str) -> dict[int, float]:
     """The metric's statistic within each trial (a percentile of that trial's requests or gaps, never of
     requests pooled over trials)."""
-    stat = metrics.statistic_fn(statistic)
+    stat = stats.statistic_fn(statistic)
     out = {}
     for t in pd.unique(trials):
         v = values[(trials == t) & np.isfinite(values)]

@@ -1,9 +1,9 @@
 """Typed, validated specs: one frozen dataclass per thing a study runs.
 
-Every spec checks itself in ``__post_init__``; a bad value raises :class:`SpecError` naming the
-field, the value and what is allowed, before any engine starts. Specs are plain data: they
-serialise to JSON (``to_dict``) and hash to a short content id (``spec_hash``) that names the
-run directory in the results store.
+Every spec checks itself in ``__post_init__``; a bad value raises :class:`SpecError` (defined in
+:mod:`fp8lab.errors`, re-exported here) naming the field, the value and what is allowed, before any engine
+starts. Specs are plain data: they serialise to JSON (``to_dict``) and hash to a short content id
+(``spec_hash``) that names the run directory in the results store.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from fp8lab.errors import SpecError
 from fp8lab.paths import REPO_ROOT
 
 KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"]
@@ -22,17 +23,6 @@ ModelDtype = Literal["auto", "bfloat16", "float16", "float32"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 Client = Literal["stream", "final"]
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256, 512)
-
-
-class SpecError(ValueError):
-    """A spec field holds a value that is not allowed.
-
-    ``str(err)`` reads ``<Spec>.<field> = <value!r>: <what is allowed>``.
-    """
-
-    def __init__(self, spec: str, field_name: str, value: Any, allowed: str):
-        self.spec, self.field, self.value, self.allowed = spec, field_name, value, allowed
-        super().__init__(f"{spec}.{field_name} = {value!r}: {allowed}")
 
 
 def _name(obj: Any) -> str:

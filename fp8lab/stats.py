@@ -1,4 +1,6 @@
-"""Statistics for paired A/B measurements with few repetitions (pure numpy/scipy: no vLLM, no torch).
+"""fp8lab's one statistics module: intervals, A/B deltas, noise floors and fits (numpy/scipy/pandas: no vLLM,
+no torch). Every function that returns an interval takes its confidence level as ``ci`` (``0.95`` = a 95%
+interval; never an ``alpha``), and every interval records that ``ci``.
 
 Conventions, one per question:
 
@@ -17,16 +19,25 @@ Conventions, one per question:
   :func:`fieller_root`.
 - **The smallest effect a run could detect**: the half-width of its 95% interval (an effect smaller than
   that is indistinguishable from none). :func:`detectable_pct`.
+- **Bootstrap CI of a delta of independent samples** (e.g. every request's TTFT under A and under B): percentile
+  bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13) of ``stat(B) / stat(A) - 1``.
+  With clusters the resampling is two-level (trials with replacement, then requests within each chosen trial), so
+  engine-to-engine variation widens the interval (Davison & Hinkley, *Bootstrap Methods*, 1997, sec. 3.8). A delta
+  whose interval contains zero is labelled ``"within noise"``. :func:`bootstrap_delta`.
+- **Bootstrap CI of a statistic of paired items** (the same prompts or windows under both configurations): the
+  items are resampled by index, so every paired array indexed with the same indices keeps its pairing.
+  :func:`bootstrap_ci`, :func:`bootstrap_mean_ci`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 
 def t_quantile(df: int, ci: float = 0.95) -> float:
@@ -318,13 +329,163 @@ def delta_sentence(delta: PairedDelta, floor: NoiseFloor) -> str:
     )
 
 
+# --------------------------------------------------------------------------------------------------
+# Percentile bootstrap: a delta of two independent samples, and a statistic of paired items
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeltaCI:
+    """``stat(B)`` vs ``stat(A)``: ``delta = stat(B) / stat(A) - 1`` (a fraction; ``delta_pct`` in %), its
+    bootstrap ``ci`` interval (``lo``, ``hi``, fractions), and ``label`` = ``"within noise"`` when the interval
+    contains zero, else ``"B higher"`` / ``"B lower"``."""
+
+    a: float
+    b: float
+    delta: float
+    lo: float
+    hi: float
+    n_a: int
+    n_b: int
+    n_boot: int
+    ci: float = 0.95
+
+    @property
+    def within_noise(self) -> bool:
+        return bool(not np.isfinite(self.lo) or not np.isfinite(self.hi) or self.lo <= 0.0 <= self.hi)
+
+    @property
+    def label(self) -> str:
+        if self.within_noise:
+            return "within noise"
+        return "B higher" if self.delta > 0 else "B lower"
+
+    def as_dict(self, pct: bool = True) -> dict[str, Any]:
+        d = asdict(self)
+        if pct:
+            for k in ("delta", "lo", "hi"):
+                d[f"{k}_pct"] = 100.0 * d.pop(k)
+        d["within_noise"] = self.within_noise
+        d["label"] = self.label
+        return d
+
+
+def statistic_fn(statistic: str | Callable[[np.ndarray], float]) -> Callable[[np.ndarray], float]:
+    """``"mean"`` | ``"median"`` | ``"pNN"`` (e.g. ``"p99"``) | a callable -> a function of a 1-D array."""
+    if callable(statistic):
+        return statistic
+    if statistic == "mean":
+        return lambda x: float(np.mean(x))
+    if statistic == "median":
+        return lambda x: float(np.median(x))
+    if statistic.startswith("p"):
+        q = float(statistic[1:])
+        return lambda x: float(np.percentile(x, q))
+    raise ValueError(f"statistic = {statistic!r}: allowed: mean | median | pNN (e.g. p99) | a callable")
+
+
+def _groups(values: np.ndarray, clusters: Any) -> list[np.ndarray]:
+    if clusters is None:
+        return [values]
+    cl = np.asarray(clusters)
+    if cl.shape[0] != values.shape[0]:
+        raise ValueError(f"clusters has {cl.shape[0]} entries for {values.shape[0]} values")
+    return [values[cl == c] for c in pd.unique(cl)]
+
+
+def _resample(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """One bootstrap replicate: clusters with replacement, then values within each chosen cluster
+    (one cluster: a plain resample of the values)."""
+    if len(groups) == 1:
+        g = groups[0]
+        return g[rng.integers(0, g.size, g.size)]
+    picks = rng.integers(0, len(groups), len(groups))
+    return np.concatenate([groups[i][rng.integers(0, groups[i].size, groups[i].size)] for i in picks])
+
+
+def bootstrap_delta(
+    a: Iterable[float],
+    b: Iterable[float],
+    statistic: str | Callable = "mean",
+    *,
+    clusters_a: Sequence[Any] | None = None,
+    clusters_b: Sequence[Any] | None = None,
+    n_boot: int = 2000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> DeltaCI:
+    """Relative delta ``stat(b) / stat(a) - 1`` with a percentile-bootstrap ``ci`` interval.
+
+    ``a`` and ``b`` are independent samples (e.g. the TTFTs of every request under auto and under
+    fp8). ``clusters_a`` / ``clusters_b`` (same length as the values; e.g. the trial of each request)
+    make the bootstrap two-level. NaN/inf values are dropped together with their cluster labels.
+    """
+    stat = statistic_fn(statistic)
+
+    def prep(v: Iterable[float], cl: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray | None]:
+        arr = np.asarray(list(v) if not isinstance(v, (np.ndarray, pd.Series)) else v, dtype=float)
+        keep = np.isfinite(arr)
+        return arr[keep], None if cl is None else np.asarray(cl)[keep]
+
+    va, ca = prep(a, clusters_a)
+    vb, cb = prep(b, clusters_b)
+    nan = float("nan")
+    if va.size == 0 or vb.size == 0:
+        return DeltaCI(nan, nan, nan, nan, nan, int(va.size), int(vb.size), 0, ci)
+    sa, sb = stat(va), stat(vb)
+    delta = sb / sa - 1.0 if sa != 0 else nan
+    ga, gb = _groups(va, ca), _groups(vb, cb)
+    rng = np.random.default_rng(seed)
+    boots = np.empty(n_boot)
+    for i in range(n_boot):
+        ra, rb = stat(_resample(ga, rng)), stat(_resample(gb, rng))
+        boots[i] = rb / ra - 1.0 if ra != 0 else nan
+    boots = boots[np.isfinite(boots)]
+    tail = (1.0 - ci) / 2.0
+    lo, hi = np.quantile(boots, [tail, 1.0 - tail]) if boots.size else (nan, nan)
+    return DeltaCI(float(sa), float(sb), float(delta), float(lo), float(hi), int(va.size), int(vb.size), n_boot, ci)
+
+
+def bootstrap_ci(
+    stat: Callable[[np.ndarray], float], n_items: int, n_boot: int = 2000, ci: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap ``(lo, hi)``, a ``ci`` interval, of ``stat(idx)``: a statistic of the items at
+    indices ``idx`` (resampled with replacement, seeded); pairing is kept by indexing every paired array with
+    ``idx``. ``(nan, nan)`` for no items.
+
+    >>> bootstrap_ci(lambda i: 0.5, 4)  # a statistic every resample gives alike
+    (0.5, 0.5)
+    """
+    if n_items == 0:
+        return float("nan"), float("nan")
+    # the tail as the decimal it names (0.95 -> exactly 0.025, not 0.025000000000000022): the quantile levels
+    # these intervals have always been computed at, so stored results reproduce bit for bit
+    tail = round(1.0 - ci, 12) / 2
+    rng = np.random.default_rng(seed)
+    vals = np.array([stat(rng.integers(0, n_items, size=n_items)) for _ in range(n_boot)], dtype=np.float64)
+    return float(np.quantile(vals, tail)), float(np.quantile(vals, 1 - tail))
+
+
+def bootstrap_mean_ci(
+    values: Iterable[float], n_boot: int = 2000, ci: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap ``(lo, hi)``, a ``ci`` interval, of the mean of the finite ``values``."""
+    a = np.asarray(list(values), dtype=np.float64)
+    a = a[np.isfinite(a)]
+    return bootstrap_ci(lambda i: float(a[i].mean()), a.size, n_boot, ci, seed)
+
+
 __all__ = [
+    "DeltaCI",
     "Interval",
     "LinearFit",
     "NoiseFloor",
     "PairedDelta",
     "Root",
     "beyond_noise",
+    "bootstrap_ci",
+    "bootstrap_delta",
+    "bootstrap_mean_ci",
     "delta_label",
     "delta_sentence",
     "detectable_pct",
@@ -336,6 +497,7 @@ __all__ = [
     "self_differences",
     "self_noise",
     "smallest_detectable_pct",
+    "statistic_fn",
     "t_interval",
     "t_quantile",
 ]

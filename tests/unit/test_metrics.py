@@ -1,11 +1,10 @@
-"""Statistics, the roofline bound and the serving study's plan and analyses, with hand-computed
+"""Serving metrics, the roofline bound and the serving study's plan and analyses, with hand-computed
 expectations (no vLLM: the analyses run on synthetic engine results from a fake runner)."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -78,38 +77,6 @@ def test_throughput_and_achieved_rate():
 def test_ecdf():
     x, f = metrics.ecdf([3, 1, 2, float("nan")])
     assert x.tolist() == [1, 2, 3] and f.tolist() == pytest.approx([1 / 3, 2 / 3, 1.0])
-
-
-# ------------------------------------------------------------------------------------------- bootstrap
-def test_bootstrap_delta_excludes_zero_for_a_clear_shift():
-    rng = np.random.default_rng(1)
-    a = 10 + rng.normal(0, 0.1, 200)
-    b = 12 + rng.normal(0, 0.1, 200)
-    ci = metrics.bootstrap_delta(a, b, "mean", n_boot=500)
-    assert ci.delta == pytest.approx(b.mean() / a.mean() - 1)
-    assert 0.19 < ci.lo < ci.delta < ci.hi < 0.21
-    assert not ci.within_noise and ci.label == "B higher"
-    d = ci.as_dict()
-    assert d["delta_pct"] == pytest.approx(100 * ci.delta) and d["label"] == "B higher"
-
-
-def test_bootstrap_delta_contains_zero_for_the_same_sample():
-    a = np.arange(1.0, 21.0)
-    b = a[::-1].copy()  # the same values: the delta is exactly 0
-    ci = metrics.bootstrap_delta(a, b, "p50", n_boot=500)
-    assert ci.delta == 0.0 and ci.lo < 0 < ci.hi
-    assert ci.within_noise and ci.label == "within noise"
-
-
-def test_cluster_bootstrap_is_wider_when_clusters_differ():
-    # three trials whose levels differ a lot: resampling trials must widen the interval
-    a = np.concatenate([np.full(50, 10.0), np.full(50, 12.0), np.full(50, 14.0)]) + np.linspace(0, 0.1, 150)
-    cl = np.repeat([0, 1, 2], 50)
-    b = a * 1.05
-    plain = metrics.bootstrap_delta(a, b, "mean", n_boot=400)
-    clustered = metrics.bootstrap_delta(a, b, "mean", clusters_a=cl, clusters_b=cl, n_boot=400)
-    assert (clustered.hi - clustered.lo) > 3 * (plain.hi - plain.lo)
-    assert clustered.delta == pytest.approx(0.05)
 
 
 def test_decode_steps_hand_computed():

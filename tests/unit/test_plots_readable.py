@@ -49,3 +49,27 @@ def test_memory_plot_starts_at_zero():
     fig = memory_vs_length(ramp)
     lo, hi = fig.axes[1].get_ylim()
     assert lo == 0 and hi >= 43.94  # 0.04 GiB between the dtypes is a sliver, not the whole axis
+
+
+def test_one_theme_for_every_plots_module():
+    """Every plots module draws through fp8lab.plots.theme(); none sets a theme of its own, and theme() puts back
+    seaborn's whitegrid / notebook settings whatever a notebook changed before."""
+    from pathlib import Path
+
+    import seaborn as sns
+
+    import fp8lab
+    from fp8lab.plots import theme
+
+    sources = {p.name: p.read_text() for p in Path(fp8lab.__file__).parent.glob("plots*.py")}
+    assert len(sources) >= 7, sorted(sources)
+    for name, src in sources.items():
+        if name != "plots.py":
+            assert "set_theme" not in src and "set_style" not in src and "rcParams" not in src, name
+            assert "theme()" in src, name
+    mpl.rcParams.update({"axes.grid": False, "axes.facecolor": "black", "font.size": 30.0})
+    plt, _ = theme()
+    assert plt is __import__("matplotlib.pyplot").pyplot
+    expected = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook")}
+    assert {k: mpl.rcParams[k] for k in expected} == expected
+    assert mpl.rcParams["axes.grid"] is True and mpl.rcParams["axes.facecolor"] == "white"

@@ -176,3 +176,30 @@ def test_folder_tokenizer_and_file_checks(tiny_model, tmp_path):
     with pytest.raises(SpecError) as err:
         check_file("S", "f", str(tmp_path / "q.txt"), "a file")
     assert err.value.allowed == "a file"
+
+
+def test_spec_error_lives_in_errors_and_specs_re_exports_it():
+    """fp8lab.errors holds SpecError and imports nothing but the standard library; fp8lab.specs re-exports the
+    same class; an error pickles with its fields (a worker can send it back whole)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from fp8lab import errors, specs
+
+    assert specs.SpecError is errors.SpecError is SpecError
+    loaded = [
+        m
+        for m in subprocess.run(
+            [sys.executable, "-c", "import sys; import fp8lab.errors; print(' '.join(sorted(sys.modules)))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        if m.split(".")[0] in ("fp8lab", "numpy", "pandas", "yaml")
+    ]
+    assert loaded == ["fp8lab", "fp8lab.errors"], loaded
+    err = pickle.loads(pickle.dumps(SpecError("EngineSpec", "block_size", 7, "allowed: 16 | 32")))
+    assert isinstance(err, errors.SpecError) and isinstance(err, ValueError)
+    assert (err.spec, err.field, err.value, err.allowed) == ("EngineSpec", "block_size", 7, "allowed: 16 | 32")
+    assert str(err) == "EngineSpec.block_size = 7: allowed: 16 | 32"

@@ -162,3 +162,63 @@ def test_fieller_unbounded_when_the_slope_is_not_resolved():
     # two points: no degrees of freedom, no interval
     r2 = stats.fieller_root(stats.ols([0.0, 1.0], [1.0, -1.0]))
     assert r2.x == pytest.approx(0.5) and not r2.bounded
+
+
+# ------------------------------------------------------------------------------------------- bootstrap
+def test_bootstrap_delta_excludes_zero_for_a_clear_shift():
+    rng = np.random.default_rng(1)
+    a = 10 + rng.normal(0, 0.1, 200)
+    b = 12 + rng.normal(0, 0.1, 200)
+    ci = stats.bootstrap_delta(a, b, "mean", n_boot=500)
+    assert ci.delta == pytest.approx(b.mean() / a.mean() - 1)
+    assert 0.19 < ci.lo < ci.delta < ci.hi < 0.21
+    assert not ci.within_noise and ci.label == "B higher"
+    d = ci.as_dict()
+    assert d["delta_pct"] == pytest.approx(100 * ci.delta) and d["label"] == "B higher"
+
+
+def test_bootstrap_delta_contains_zero_for_the_same_sample():
+    a = np.arange(1.0, 21.0)
+    b = a[::-1].copy()  # the same values: the delta is exactly 0
+    ci = stats.bootstrap_delta(a, b, "p50", n_boot=500)
+    assert ci.delta == 0.0 and ci.lo < 0 < ci.hi
+    assert ci.within_noise and ci.label == "within noise"
+
+
+def test_cluster_bootstrap_is_wider_when_clusters_differ():
+    # three trials whose levels differ a lot: resampling trials must widen the interval
+    a = np.concatenate([np.full(50, 10.0), np.full(50, 12.0), np.full(50, 14.0)]) + np.linspace(0, 0.1, 150)
+    cl = np.repeat([0, 1, 2], 50)
+    b = a * 1.05
+    plain = stats.bootstrap_delta(a, b, "mean", n_boot=400)
+    clustered = stats.bootstrap_delta(a, b, "mean", clusters_a=cl, clusters_b=cl, n_boot=400)
+    assert (clustered.hi - clustered.lo) > 3 * (plain.hi - plain.lo)
+    assert clustered.delta == pytest.approx(0.05)
+
+
+def test_bootstrap_mean_ci_brackets_the_mean():
+    lo, hi = stats.bootstrap_mean_ci([0.0, 1.0] * 20, seed=0)
+    assert lo < 0.5 < hi
+    assert stats.bootstrap_mean_ci([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    assert all(math.isnan(v) for v in stats.bootstrap_mean_ci([float("nan")]))
+
+
+def test_bootstrap_ci_quantile_levels_are_the_decimal_tails():
+    # the replicates by the documented recipe (seeded generator, n indices with replacement per replicate); a 95%
+    # interval is their 2.5% and 97.5% quantiles at exactly 0.025 / 0.975, so stored results reproduce bit for bit
+    x = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0])
+    rng = np.random.default_rng(5)
+    reps = np.array([x[rng.integers(0, x.size, size=x.size)].mean() for _ in range(300)])
+    for ci, tail in ((0.95, 0.025), (0.9, 0.05), (0.99, 0.005)):
+        got = stats.bootstrap_ci(lambda i: float(x[i].mean()), x.size, n_boot=300, ci=ci, seed=5)
+        assert got == (float(np.quantile(reps, tail)), float(np.quantile(reps, 1 - tail)))
+    wide, narrow = (stats.bootstrap_mean_ci(x, n_boot=300, ci=c, seed=5) for c in (0.99, 0.5))
+    assert wide[0] < narrow[0] < narrow[1] < wide[1]
+
+
+def test_bootstrap_delta_ci_is_the_confidence_level():
+    rng = np.random.default_rng(3)
+    a, b = 10 + rng.normal(0, 1, 80), 11 + rng.normal(0, 1, 80)
+    d95, d50 = (stats.bootstrap_delta(a, b, "mean", n_boot=400, ci=c) for c in (0.95, 0.5))
+    assert d95.ci == 0.95 and d50.ci == 0.5 and d95.delta == d50.delta
+    assert d95.lo < d50.lo < d50.hi < d95.hi
