@@ -33,7 +33,7 @@ def test_itl_cdf_ticks_do_not_overlap_within_a_decade():
 
 
 def test_memory_plot_starts_at_zero():
-    from fp8lab.plots_longctx import memory_vs_length
+    from fp8lab.longctx.plots import memory_vs_length
 
     gib = 2**30
     ramp = pd.DataFrame(

@@ -1,0 +1,185 @@
+"""Study 07's verdict: the field report's claim (:data:`CLAIM`) judged on a :func:`~fp8lab.prefix.summary.summary`
+(:func:`claim_verdict`), its one line of evidence for the claims audit (:func:`claim_evidence`), and the
+headline bullets (:func:`verdict`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: The claim this study judges (the audit's row).
+CLAIM = {
+    "source": "field report",
+    "text": "FP8 KV leaves the prefix-cache hit rate unchanged",
+    "auto_hit_rate": {"chat": 0.683, "json": 0.541},
+    "fp8_hit_rate": {"chat": 0.679, "json": 0.537},
+}
+
+
+def _kv_size(gib: float) -> str:
+    """A KV budget for prose: GiB from 1 GiB up, MiB below (``0.005126953125`` -> ``5.25 MiB``)."""
+    return f"{gib:g} GiB" if gib >= 1 else f"{gib * 1024:.3g} MiB"
+
+
+def claim_evidence(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> str:
+    """One line for the claims audit: per workload, the largest |hit-rate difference| inside auto's measured knee
+    and the largest fp8 gain beyond it, with the setting."""
+    parts = []
+    for w in ("chat", "system", "json"):
+        inside, gain = s.get(f"{w}.max_abs_dhit_pp_inside"), s.get(f"{w}.gain")
+        if inside is None and not gain:
+            continue
+        txt = f"{w}: |{other} - {base}| <= {inside:.1f} pp while {base} holds" if inside is not None else f"{w}:"
+        if gain:
+            txt += (
+                f"; beyond {base}'s knee, N={gain['n_active']:.0f}: {gain[f'{base}_hit_rate']:.1%} -> "
+                f"{gain[f'{other}_hit_rate']:.1%}"
+            )
+        parts.append(txt)
+    return (f"{s['model']} on {s['device']}, {_kv_size(s['kv_cache_gib'])} KV: " + "; ".join(parts)) if parts else ""
+
+
+def _records(df: Any) -> list[dict[str, Any]]:
+    """A table as JSON-able records: NaN as None, numpy scalars as Python numbers."""
+    out = []
+    for r in df.to_dict("records") if len(df) else []:
+        out.append({k: (None if _isnan(v) else v.item() if hasattr(v, "item") else v) for k, v in r.items()})
+    return out
+
+
+def _isnan(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def claim_verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> str:
+    """The field report's claim ("FP8 leaves the hit rate unchanged") judged on this run: ``refuted`` when fp8's hit
+    rate exceeds auto's beyond the paired interval at some swept working set of some workload, ``consistent`` when
+    every difference's interval lies within 1 percentage point, else ``inconclusive``; ``not measured`` without
+    both dtypes. On the CPU analogue this is never decisive for a GPU claim: the caller labels the setting."""
+    if s["engines_status"].get(base) != "ok" or s["engines_status"].get(other) != "ok":
+        return "not measured"
+    sweep = s["sweep"]
+    if not sweep:
+        return "not measured"
+    gains = [
+        r
+        for r in sweep
+        if r.get("dhit_pp_ci_low") is not None and not _isnan(r.get("dhit_pp_ci_low")) and r["dhit_pp_ci_low"] > 0
+    ]
+    exact_gain = [r for r in sweep if _isnan(r.get("dhit_pp_ci_low")) and (r.get("dhit_pp") or 0) > 1.0]
+    if gains or exact_gain:
+        return "refuted"
+    within = all(
+        (not _isnan(r.get("dhit_pp_ci_low")) and r["dhit_pp_ci_low"] >= -1 and r["dhit_pp_ci_high"] <= 1)
+        or (_isnan(r.get("dhit_pp_ci_low")) and abs(r.get("dhit_pp") or 0) <= 1)
+        for r in sweep
+    )
+    return "consistent" if within else "inconclusive"
+
+
+def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[str]:
+    """Headline bullets from a :func:`summary`."""
+    out = []
+    setting = (
+        f"{s['model']} on {s['device']} (vLLM {s['vllm_version']}, {_kv_size(s['kv_cache_gib'])} of KV per engine, "
+        f"blocks of {s['block_size']} tokens, {s['max_in_flight']} requests in flight, {s['trials']} paired "
+        f"trials, {s['prompt_source']} prompts)"
+    )
+    if s["engine_errors"]:
+        out.append(
+            "Not measured: "
+            + "; ".join(f"`{d}` ({e})" for d, e in s["engine_errors"].items())
+            + ". What follows is the other dtype alone; the auto-vs-fp8 comparison and the claim are left open."
+        )
+    out.append(
+        f"Setting: {setting}. KV blocks: "
+        + ", ".join(
+            f"{d} {s['num_blocks'].get(d, 'n/a')} (formula {s['num_blocks_formula'][d]})"
+            for d in s["num_blocks_formula"]
+        )
+        + "."
+    )
+    for k in s["knees"]:
+        meas = (
+            "not measured"
+            if k["measured_last_held"] is None and k["measured_first_fallen"] is None
+            else (
+                f"holds to N={k['measured_last_held']:.0f}"
+                if k["measured_last_held"] is not None
+                else "holds at no swept N"
+            )
+            + ", falls from "
+            + (f"N={k['measured_first_fallen']:.0f}" if k["measured_first_fallen"] else "no swept N")
+        )
+        out.append(
+            f"{k['workload']} / {k['kv_dtype']}: predicted knee N={k['knee_simulated']} (replay; formula "
+            f"{k['knee_formula']}); measured: {meas}"
+            + (
+                ""
+                if k["prediction_in_interval"] is None
+                else (
+                    " (prediction inside the measured interval)"
+                    if k["prediction_in_interval"]
+                    else " (prediction OUTSIDE the measured interval)"
+                )
+            )
+            + "."
+        )
+    for key, g in ((k, v) for k, v in s.items() if k.endswith(".gain") and v):
+        w = key.split(".")[0]
+        ci = (
+            f" [{g['dhit_pp_ci_low']:+.1f}, {g['dhit_pp_ci_high']:+.1f}]" if g.get("dhit_pp_ci_low") is not None else ""
+        )
+        tt = (
+            f"; TTFT {other}/{base} {g['ttft_ratio']:.3f} [{g['ttft_ratio_ci_low']:.3f}, {g['ttft_ratio_ci_high']:.3f}]"
+            if g.get("ttft_ratio_ci_low") is not None
+            else ""
+        )
+        out.append(
+            f"{w}: largest {other} gain beyond {base}'s knee at N={g['n_active']:.0f}: hit rate "
+            f"{g[f'{base}_hit_rate']:.1%} -> {g[f'{other}_hit_rate']:.1%} ({g['dhit_pp']:+.1f} pp{ci}){tt}."
+        )
+    n_turns, n_full = s.get("counter_turns", 0), s.get("counter_turns_complete", 0)
+    if n_full < n_turns:
+        out.append(
+            f"vLLM's prefix-cache counters missed steps in {n_turns - n_full} of {n_turns} turns (the likely cause: "
+            "vLLM 0.26 records a step's scheduler stats only when the step returned outputs); those turns' hits are "
+            "the per-request "
+            "`num_cached_tokens` vLLM returned, which equal the counters wherever the counters are complete."
+        )
+    if s.get("ttft_min_detectable_pct") is not None:
+        out.append(
+            f"The smallest TTFT change these trials resolve is about {s['ttft_min_detectable_pct']:.1f}% "
+            "(median 95% CI half-width of the paired ratio)"
+            + (
+                f"; for the hit rate, {s['dhit_min_detectable_pp']:.2f} percentage points (0 when every trial hit "
+                "exactly alike: hit counts depend on token counts, not on the text)."
+                if s.get("dhit_min_detectable_pp") is not None
+                else "."
+            )
+        )
+    for c in s["correctness"]:
+        same = c["tokens_equal"] == 1.0 and c["max_abs_dlogprob"] == 0.0
+        out.append(
+            f"Correctness {c['kv_dtype']} ({c['kind']}, {c['prompts']} prompts, >= {c['cached_tokens_min']} "
+            f"cached tokens): "
+            + (
+                "hit and cold outputs identical (tokens and logprobs)."
+                if same
+                else f"{c['tokens_equal']:.0%} identical greedy sequences; the earliest divergence at output token "
+                + (f"{c['first_divergence']:.0f}" if c.get("first_divergence") is not None else "n/a")
+                + f" (0-based); the chosen tokens' logprobs up to it differ by at most {c['max_abs_dlogprob']:.3f} "
+                "nats."
+            )
+        )
+    v = s["claim_verdict"]
+    out.append(
+        f"Claim '{CLAIM['text']}': **{v}** on this setting"
+        + (
+            " (a CPU analogue: not evidence about the GPU claim)"
+            if "cpu" in str(s.get("device", "")).lower() or s.get("device") in (None, "cpu")
+            else ""
+        )
+        + "."
+    )
+    return out

@@ -1,0 +1,113 @@
+"""The studies split into subpackages (issue 16: ``fp8lab/longctx/``, ``fp8lab/prefix/``): every name the former
+single modules offered is still on the package, the functions whose names match a submodule (``px.summary``,
+``px.verdict``, ``lc.tables``) stay the functions, the modules import downwards only (``spec`` never imports
+``run`` or a table), each stays under about 600 lines, and importing a study does not load matplotlib."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from fp8lab.paths import REPO_ROOT
+
+#: The public names notebooks, tests, scripts, fp8lab/prefix_worker.py and the audit use, or that the former modules
+#: defined (fp8lab/longctx.py and fp8lab/prefix.py before the split).
+PUBLIC = {
+    "longctx": """BASELINE EMULATED_ROLE GROWTH_METRICS LongCtxPlan LongCtxResult NULL_BLOCKS STUDY Tables blocks_for
+        blocksize_table boundary_table capacity_frontier claims crossover_table divergence_by_position
+        divergence_table divergence_trend fit_growth fit_phases fitted fitted_crossover frontier_at_budgets
+        growth_table longest_context max_concurrency_at measured_crossover parse_estimated_max_len passkey_accuracy
+        passkey_table phase_meta plan_table position_divergence predicted_num_blocks quality_documents
+        quality_phases ramp_max_model_len ramp_phases ramp_prompt ramp_table random_token_table run_study
+        speed_table stored_divergence summary_values sweep_phases tables verdict_markdown _decode_overlap_peak
+        length_grid document_ids passkey_items passkey_correct insert_at_depth assemble_document json_object
+        PASSKEY_NEEDLE PASSKEY_QUESTION PASSKEY_TASK PASSKEY_OUTPUT_TOKENS PasskeyItem resolve_model""",
+    "prefix": """CLAIM BlockPool PrefixRun PrefixSpec Shape STUDY PROTOCOL CPU_DEFAULT_BLOCK WorkloadKind PromptSource
+        cell_table claim_evidence claim_verdict compare_outputs conversation_blocks conversation_pool
+        correctness_table knee_formula knee_simulated knee_table load measured_knee parse_workloads plan
+        run_prefix sim_hit_rate simulate summary sweep_table verdict""",
+}
+#: Submodules of each study that the spec must never import (the spec sits at the bottom of its study).
+ABOVE_SPEC = {
+    "longctx": {"run", "ramp", "growth", "divergence", "tables", "verdict", "summary", "plots"},
+    "prefix": {"run", "tables", "verdict", "summary", "plots", "prompts"},
+}
+MAX_LINES = 600
+
+
+@pytest.mark.parametrize("study", sorted(PUBLIC))
+def test_the_package_offers_every_former_public_name(study):
+    pkg = importlib.import_module(f"fp8lab.{study}")
+    missing = [n for n in PUBLIC[study].split() if not hasattr(pkg, n)]
+    assert not missing, missing
+
+
+def test_functions_named_like_a_submodule_stay_functions():
+    from fp8lab import longctx as lc
+    from fp8lab import prefix as px
+
+    for name in ("fp8lab.longctx.tables", "fp8lab.prefix.summary", "fp8lab.prefix.verdict"):
+        mod = importlib.import_module(name)  # importing the submodule again must not rebind the package's name
+        assert mod.__name__ == name and mod.__file__.endswith(name.rsplit(".", 1)[1] + ".py")
+    assert callable(lc.tables) and lc.tables.__name__ == "tables" and isinstance(lc.Tables, type)
+    assert callable(px.summary) and px.summary.__name__ == "summary"
+    assert callable(px.verdict) and px.verdict.__name__ == "verdict"
+    assert set(px.__all__) <= set(dir(px)) and set(lc.__all__) <= set(dir(lc))
+
+
+def _imports(path) -> set[str]:
+    """Every fp8lab module a file imports, at its top or inside a function (not under ``if TYPE_CHECKING:``,
+    which is never executed)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = []
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fp8lab"):
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("fp8lab"))
+    return out
+
+
+@pytest.mark.parametrize("study", sorted(PUBLIC))
+def test_modules_import_downwards_only_and_stay_small(study):
+    root = REPO_ROOT / "fp8lab" / study
+    files = {p.stem: p for p in root.glob("*.py") if p.stem != "__init__"}
+    assert "spec" in files and "run" in files and len(files) >= 6, sorted(files)
+    graph = {
+        name: {m.split(".")[2] for m in _imports(p) if m.startswith(f"fp8lab.{study}.") and m.count(".") >= 2} - {name}
+        for name, p in files.items()
+    }
+    assert not graph["spec"] & ABOVE_SPEC[study], graph["spec"]
+    # no cycle among the submodules (a cycle would make the package's import order matter)
+    seen: dict[str, int] = {}
+
+    def visit(n: str, stack: tuple[str, ...]) -> None:
+        assert n not in stack, f"import cycle: {' -> '.join((*stack, n))}"
+        if seen.get(n):
+            return
+        for m in graph.get(n, ()):
+            visit(m, (*stack, n))
+        seen[n] = 1
+
+    for n in graph:
+        visit(n, ())
+    sizes = {p.name: len(p.read_text().splitlines()) for p in root.glob("*.py")}
+    assert all(n <= MAX_LINES for n in sizes.values()), sizes
+
+
+def test_importing_a_study_loads_neither_matplotlib_nor_vllm():
+    code = (
+        "import sys, fp8lab.longctx, fp8lab.prefix; "
+        "print(sorted(m for m in ('matplotlib', 'vllm', 'torch') if m in sys.modules))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]", res.stdout
