@@ -26,10 +26,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-# fp8lab.longctx still calls ``metrics.bootstrap_delta`` (another helper is splitting that module): switch it to
-# ``stats.bootstrap_delta`` there, then drop this line.
-from fp8lab.stats import bootstrap_delta  # noqa: F401
-
 #: Percentiles reported for every latency metric.
 PERCENTILES: tuple[int, ...] = (50, 95, 99)
 #: Per-request latency columns of the engine records (seconds).

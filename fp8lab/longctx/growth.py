@@ -134,9 +134,9 @@ def fitted_crossover(
 def speed_table(res: LongCtxResult, ramp: pd.DataFrame | None = None, n_boot: int = 1000) -> pd.DataFrame:
     """Every candidate dtype against ``auto`` at each (concurrency, length) both ran: ratio of TTFT, ITL
     P50/P95, E2E medians (``< 1``: the candidate is faster), and the ITL median's relative delta with a
-    bootstrap CI over the pooled gaps (:func:`fp8lab.metrics.bootstrap_delta`; ``itl_label`` says
+    bootstrap CI over the pooled gaps (:func:`fp8lab.stats.bootstrap_delta`; ``itl_label`` says
     ``within noise`` when the interval contains zero)."""
-    from fp8lab import metrics
+    from fp8lab import metrics, stats
 
     ramp = ramp_table(res) if ramp is None else ramp
     rec = res.records
@@ -165,7 +165,7 @@ def speed_table(res: LongCtxResult, ramp: pd.DataFrame | None = None, n_boot: in
             name = f"ramp-c{key[0]}-L{key[1]}"
             ga = metrics.explode_itl(rec[(rec.role == "ramp") & (rec.kv_dtype == BASELINE) & (rec.phase == name)])
             gb = metrics.explode_itl(rec[(rec.role == "ramp") & (rec.kv_dtype == dt) & (rec.phase == name)])
-            d = metrics.bootstrap_delta(ga.itl_s, gb.itl_s, "median", n_boot=n_boot, seed=res.plan.seed)
+            d = stats.bootstrap_delta(ga.itl_s, gb.itl_s, "median", n_boot=n_boot, seed=res.plan.seed)
             row.update(itl_delta=d.delta, itl_lo=d.lo, itl_hi=d.hi, itl_label=d.label.replace("B", dt))
             rows.append(row)
     return pd.DataFrame(rows)

@@ -128,7 +128,7 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
             big = g[g.block_size == 256]
             itl_ci = None
             if len(big) and ref is not None:
-                from fp8lab import metrics
+                from fp8lab import metrics, stats
 
                 rec = res.records
                 gaps = [
@@ -142,7 +142,7 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
                     ).itl_s
                     for r in (ref, big.iloc[0])
                 ]
-                d = metrics.bootstrap_delta(gaps[0], gaps[1], "median", n_boot=1000, seed=plan.seed)
+                d = stats.bootstrap_delta(gaps[0], gaps[1], "median", n_boot=1000, seed=plan.seed)
                 itl_ci = {"delta": d.delta, "lo": d.lo, "hi": d.hi, "label": d.label.replace("B", "256")}
             b3[dt] = {
                 "best_block_size": int(best.block_size),

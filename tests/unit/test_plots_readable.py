@@ -61,7 +61,8 @@ def test_one_theme_for_every_plots_module():
     import fp8lab
     from fp8lab.plots import theme
 
-    sources = {p.name: p.read_text() for p in Path(fp8lab.__file__).parent.glob("plots*.py")}
+    pkg = Path(fp8lab.__file__).parent  # plots_<study>.py, and plots.py inside a study's subpackage
+    sources = {str(p.relative_to(pkg)): p.read_text() for p in [*pkg.glob("plots*.py"), *pkg.glob("*/plots.py")]}
     assert len(sources) >= 7, sorted(sources)
     for name, src in sources.items():
         if name != "plots.py":
