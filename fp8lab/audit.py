@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
-from fp8lab import kvmath
+from fp8lab import kvmath, summary_table
 from fp8lab.paths import CONFIGS_DIR, MODELS_DIR, REPO_ROOT, TINY_MODEL_NAME
 from fp8lab.specs import SpecError, check_bool
 
@@ -444,6 +444,9 @@ class Report:
     path: Path
     summaries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     index: Mapping[str, Any] = field(default_factory=dict)
+    #: ``{notebook stem: typed summary rows}`` (:mod:`fp8lab.summary_table`) of the studies that wrote a rows file
+    #: beside their summary; a study rendered before the typed table has none (its flat summary is read instead).
+    rows: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     def stem(self, prefix: str) -> str | None:
         """The notebook stem of study ``prefix`` (``"01"``) in this report, or None."""
@@ -459,6 +462,11 @@ class Report:
     def optional(self, prefix: str) -> Mapping[str, Any] | None:
         stem = self.stem(prefix)
         return None if stem is None else self.summaries[stem]
+
+    def study_rows(self, prefix: str) -> Sequence[Mapping[str, Any]] | None:
+        """Study ``prefix``'s typed rows, or None when its summary has no rows file beside it (or no summary)."""
+        stem = self.stem(prefix)
+        return None if stem is None else self.rows.get(stem)
 
     def setting(self, prefix: str) -> Setting:
         """The setting of study ``prefix`` here (see the module docstring for where it is read)."""
@@ -794,6 +802,169 @@ def _delta(s: Mapping[str, Any], metric: str) -> Mapping[str, Any]:
     return d
 
 
+# ------------------------------------------------------------------------------- typed rows (Studies 01, 03)
+#: Studies whose typed rows (:mod:`fp8lab.summary_table`) the rules read by field where a report has them; a
+#: report rendered before the typed table existed has only the flat summary, which is read as before.
+ROW_STUDIES: Mapping[str, str] = {"01": "serving", "03": "quality"}
+#: Each Study 01 delta the rules name: its row metric and setting, under the flat summary's name of the delta.
+SERVING_DELTAS: Mapping[str, tuple[str, str]] = {
+    "output tok/s": ("output_tok_s", "closed loop"),
+    "output tok/s (no stream)": ("output_tok_s_no_stream", "closed loop, not streamed"),
+    "TTFT P50": ("ttft_p50", "closed loop"),
+    "TTFT P99": ("ttft_p99", "closed loop"),
+    "TPOT P50": ("tpot_p50", "closed loop"),
+    "TPOT P99": ("tpot_p99", "closed loop"),
+    "ITL P50": ("itl_p50", "closed loop"),
+    "ITL P99": ("itl_p99", "closed loop"),
+}
+#: Study 03's baseline config label (``fp8lab.quality.BASELINE``; not imported here: it pulls numpy and pandas).
+QUALITY_BASELINE = "auto"
+
+
+def _one_row(rows: Sequence[Mapping[str, Any]], prefix: str, **sel: Any) -> Mapping[str, Any]:
+    try:
+        return summary_table.one(rows, study=ROW_STUDIES[prefix], **sel)
+    except LookupError as e:
+        raise Missing(f"{STUDIES[prefix]} rows: {e}") from None
+
+
+def _row_pair(rows: Sequence[Mapping[str, Any]], prefix: str) -> tuple[str, str]:
+    """(candidate, baseline) of a study's change rows: ``fp8`` where it is a candidate, else the first one."""
+    changes = [r for r in rows if r["study"] == ROW_STUDIES[prefix] and r["baseline"] is not None]
+    if not changes:
+        raise Missing(f"{STUDIES[prefix]} rows hold no change against a baseline")
+    cands = list(dict.fromkeys(r["kv_dtype"] for r in changes))
+    cand = "fp8" if "fp8" in cands else cands[0]
+    return cand, next(r["baseline"] for r in changes if r["kv_dtype"] == cand)
+
+
+def serving_candidate(rep: Report) -> str:
+    """Study 01's FP8 dtype: from its rows (by field) where it has them, else its flat summary (:func:`_candidate`)."""
+    rows = rep.study_rows("01")
+    return _candidate(rep.study("01")) if rows is None else _row_pair(rows, "01")[0]
+
+
+def serving_concurrency(rep: Report, setting: str = "closed loop") -> list[int]:
+    """Study 01's closed-loop concurrencies (``setting`` ``closed loop, not streamed``: the non-reading client's)."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        s = rep.study("01")
+        return (
+            _sorted_concurrency(s)
+            if setting == "closed loop"
+            else sorted(int(c) for c in s.get("naive_concurrency") or [])
+        )
+    metric = "output_tok_s" if setting == "closed loop" else "output_tok_s_no_stream"
+    return sorted(
+        {
+            int(r["concurrency"])
+            for r in summary_table.select(rows, metric=metric, setting=setting)
+            if r["concurrency"] is not None
+        }
+    )
+
+
+def serving_headline_concurrency(rep: Report) -> int:
+    """Study 01's headline concurrency: the largest of its closed-loop sweep."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        return int(_key(rep.study("01"), "headline_concurrency", "01"))
+    cs = serving_concurrency(rep)
+    if not cs:
+        raise Missing("serving (01) rows hold no closed-loop throughput")
+    return max(cs)
+
+
+def serving_delta(rep: Report, name: str, concurrency: int) -> Mapping[str, Any]:
+    """Study 01's paired delta ``name`` (a key of :data:`SERVING_DELTAS`) at ``concurrency`` for its FP8 dtype, as
+    ``{delta_pct, lo_pct, hi_pct, ...}``: the row selected by field (metric, setting, concurrency, kv dtype,
+    baseline) where the report has rows (``read_from: rows``), else the flat summary's ``deltas`` entry."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        return _delta(rep.study("01"), f"{name} @c={concurrency}")
+    metric, setting = SERVING_DELTAS[name]
+    cand, base = _row_pair(rows, "01")
+    r = _one_row(rows, "01", metric=metric, setting=setting, concurrency=int(concurrency), kv_dtype=cand, baseline=base)
+    if r["ci_low"] is None:
+        raise Missing(f"serving (01) row {metric} @c={concurrency} has no interval")
+    return {
+        "delta_pct": r["value"],
+        "lo_pct": r["ci_low"],
+        "hi_pct": r["ci_high"],
+        "n": r["n"],
+        "detectable_pct": r["detectable"],
+        "beyond_noise_floor": r["beyond_noise"],
+        "read_from": "rows",
+    }
+
+
+def serving_has_delta(rep: Report, name: str, concurrency: int) -> bool:
+    """Whether Study 01 recorded delta ``name`` at ``concurrency`` (a row by field, else a flat summary entry)."""
+    if rep.study_rows("01") is None:
+        s = rep.study("01")
+        return f"{_candidate(s)}: {name} @c={concurrency}" in (s.get("deltas") or {})
+    try:
+        serving_delta(rep, name, concurrency)
+    except Missing:
+        return False
+    return True
+
+
+def serving_preemptions(rep: Report) -> dict[int, dict[str, float]]:
+    """Study 01's preemptions per closed-loop concurrency and dtype (summed over trials)."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        s = rep.study("01")
+        return {int(k): v for k, v in (s.get("preemptions_by_concurrency") or {}).items()}
+    out: dict[int, dict[str, float]] = {}
+    for r in summary_table.select(rows, study="serving", metric="preemptions", setting="closed loop"):
+        out.setdefault(int(r["concurrency"]), {})[r["kv_dtype"]] = float(r["value"])
+    return out
+
+
+def serving_figure(rep: Report, summary_key: str, metric: str, kv_dtype: str, **sel: Any) -> Any:
+    """One dtype's own figure of Study 01 (no baseline): the row ``metric`` selected by field where the report has
+    rows, else the flat summary's ``summary_key``; None when absent."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        return rep.study("01").get(summary_key)
+    hits = summary_table.select(rows, study="serving", metric=metric, kv_dtype=kv_dtype, baseline=None, **sel)
+    return hits[0]["value"] if len(hits) == 1 else None
+
+
+def quality_top3(rep: Report) -> dict[str, Any]:
+    """Study 03's top-3 match rates: ``overall`` ``{config label: rate}`` and ``by_category`` ``{label: {category:
+    rate}}`` of its candidates (the baseline left out), and ``ci`` (the ``fp8`` config's 95% CI, or None); from its
+    rows by field where the report has them, else from its flat summary."""
+    rows = rep.study_rows("03")
+    if rows is None:
+        s03 = rep.study("03")
+        labels = (s03.get("labels") or [])[1:]
+        ci = (s03.get("fp8.top3_ci_lo"), s03.get("fp8.top3_ci_hi"))
+        return {
+            "overall": {lab: s03[f"{lab}.top3_match"] for lab in labels if s03.get(f"{lab}.top3_match") is not None},
+            "by_category": {
+                lab: {c: s03.get(f"{lab}.top3_match.{c}") for c in s03.get("categories") or []} for lab in labels
+            },
+            "ci": None if None in ci else ci,
+        }
+    top3 = [
+        r for r in summary_table.select(rows, study="quality", metric="top3_match") if r["setting"] != QUALITY_BASELINE
+    ]
+    overall = {r["setting"]: r["value"] for r in top3 if r["subset"] is None}
+    by_cat: dict[str, dict[str, Any]] = {}
+    for r in top3:
+        if r["subset"] is not None:
+            by_cat.setdefault(r["setting"], {})[r["subset"]] = r["value"]
+    fp8 = [r for r in top3 if r["subset"] is None and r["setting"] == "fp8" and r["ci_low"] is not None]
+    return {
+        "overall": overall,
+        "by_category": by_cat,
+        "ci": (fp8[0]["ci_low"], fp8[0]["ci_high"]) if fp8 else None,
+        "read_from": "rows",
+    }
+
+
 def half_width(d: Mapping[str, Any]) -> float:
     """A recorded delta's detectable effect: half the width of its 95% interval (percent)."""
     return (float(d["hi_pct"]) - float(d["lo_pct"])) / 2
@@ -1099,9 +1270,10 @@ def rule_total_memory(rep: Report) -> Finding:
     to the load (inconclusive, with Study 00's arithmetic drop, half the KV share at 32 x 8,192 tokens, beside it).
     A drop within 50% of the claimed 22.7% confirms; a peak that moved less than 2% with a budget sized to the load
     (no KV_CACHE_GIB) refutes."""
-    s01 = rep.study("01")
-    c = _candidate(s01)
-    a, f = s01.get("mem_peak_gib_auto"), s01.get(f"mem_peak_gib_{c}")
+    rep.study("01")
+    c = serving_candidate(rep)
+    a = serving_figure(rep, "mem_peak_gib_auto", "mem_peak_gib", "auto", setting="engine")
+    f = serving_figure(rep, f"mem_peak_gib_{c}", "mem_peak_gib", c, setting="engine")
     if not a or not f:
         raise Missing("serving (01) recorded no engine peak memory")
     drop = 1 - float(f) / float(a)
@@ -1254,13 +1426,12 @@ def rule_mix(rep: Report) -> Finding:
     contradicted -> refuted, all hold -> confirmed, else inconclusive. Where the headline concurrency made a dtype
     preempt (it ran out of KV cache, so FP8's gain there is its capacity, a setting the claim does not describe),
     the highest concurrency at which neither dtype preempted is judged instead, and the headline is named."""
-    s = rep.study("01")
-    c = _key(s, "headline_concurrency", "01")
-    pre = {int(k): v for k, v in (s.get("preemptions_by_concurrency") or {}).items()}
+    c = serving_headline_concurrency(rep)
+    pre = serving_preemptions(rep)
     note = ""
     if pre.get(int(c)) and any(pre[int(c)].values()):
         calm = [k for k, v in pre.items() if not any(v.values()) and k != int(c)]
-        if calm and all(f"{_candidate(s)}: {m} @c={max(calm)}" in (s.get("deltas") or {}) for m in CLAIM5):
+        if calm and all(serving_has_delta(rep, m, max(calm)) for m in CLAIM5):
             hit = ", ".join(f"{d} {int(n)}" for d, n in pre[int(c)].items() if n)
             note = (
                 f" (c={max(calm)}: the highest concurrency where neither dtype preempted; at the headline c={c} "
@@ -1269,7 +1440,7 @@ def rule_mix(rep: Report) -> Finding:
             c = max(calm)
     parts, text, details, hws = {}, [], {}, []
     for metric, claimed in CLAIM5.items():
-        d = _delta(s, f"{metric} @c={c}")
+        d = serving_delta(rep, metric, c)
         parts[metric] = judge(d["lo_pct"], d["hi_pct"], claimed)
         hws.append(f"{metric} +-{half_width(d):.1f}%")
         text.append(f"{metric} {_fd(d)} (claimed {claimed:+.1f}%)")
@@ -1401,9 +1572,9 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
     parts, text = [], []
     s01, s06 = rep.optional("01"), rep.optional("06")
     st = None
-    if s01 is not None and _sorted_concurrency(s01):
-        cs = _sorted_concurrency(s01)
-        tp = {c: _delta(s01, f"output tok/s @c={c}") for c in cs}
+    cs = serving_concurrency(rep) if s01 is not None else []
+    if cs:
+        tp = {c: serving_delta(rep, "output tok/s", c) for c in cs}
         for c in cs:
             claimed = CLAIM7[min(CLAIM7, key=lambda b: abs(b - c))]
             parts.append(judge(tp[c]["lo_pct"], tp[c]["hi_pct"], claimed))
@@ -1423,11 +1594,7 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         st = st or rep.setting("06")
     if not text:
         raise Missing("no concurrency sweep (01) or decode grid (06)")
-    det = (
-        "vLLM throughput 95% CI half-widths " + ", ".join(f"+-{half_width(tp[c]):.1f}%" for c in cs)
-        if s01 is not None and _sorted_concurrency(s01)
-        else ""
-    )
+    det = "vLLM throughput 95% CI half-widths " + ", ".join(f"+-{half_width(tp[c]):.1f}%" for c in cs) if cs else ""
     return finding(
         NOT_TESTABLE,
         "; ".join(text),
@@ -1450,16 +1617,15 @@ def rule_streaming_benchmark(rep: Report) -> Finding:
     Confirmed at any point that holds; refuted when every point excludes +30; else inconclusive. The open loop's
     sender must have kept its schedule (within 5%). The client here is in-process, not the report's HTTP client."""
     s = rep.study("01")
-    cs = _sorted_concurrency(s)
+    cs = serving_concurrency(rep)
     if not cs:
         raise Missing("serving (01) summary has no concurrency sweep")
-    cand = _candidate(s)
+    tp = {c: serving_delta(rep, "output tok/s", c) for c in cs}
     naive = {
-        int(c): (s.get("deltas") or {}).get(f"{cand}: output tok/s (no stream) @c={c}")
-        for c in s.get("naive_concurrency") or []
+        c: serving_delta(rep, "output tok/s (no stream)", c)
+        for c in serving_concurrency(rep, "closed loop, not streamed")
+        if c in tp and serving_has_delta(rep, "output tok/s (no stream)", c)
     }
-    tp = {c: _delta(s, f"output tok/s @c={c}") for c in cs}
-    naive = {c: d for c, d in naive.items() if d is not None and c in tp}
     ol = [r for r in s.get("open_loop") or [] if r.get("process") == "constant"]
     rate_err = max((abs(float(r["achieved_rate"]) / float(r["scheduled_rate"]) - 1) for r in ol), default=None)
     st = rep.setting("01")
@@ -1631,9 +1797,11 @@ CLAIM11_BAND = (0.92, 0.96)
 CLAIM11_FAIL = 0.85
 
 
-def _top3_resolution(s03: Mapping[str, Any] | None) -> tuple[float | None, str]:
-    if s03 and s03.get("fp8.top3_ci_lo") is not None and s03.get("fp8.top3_ci_hi") is not None:
-        h = (float(s03["fp8.top3_ci_hi"]) - float(s03["fp8.top3_ci_lo"])) / 2
+def _top3_resolution(top3: Mapping[str, Any] | None) -> tuple[float | None, str]:
+    """The detectable effect of a top-3 rate: half Study 03's 95% CI of its ``fp8`` rate (:func:`quality_top3`)."""
+    if top3 and top3.get("ci") is not None:
+        lo, hi = top3["ci"]
+        h = (float(hi) - float(lo)) / 2
         return h, f"+-{h:.3f} (95% CI half-width of the top-3 rate over Study 03's prompts)"
     return None, "the prompt set's size (no CI recorded)"
 
@@ -1643,18 +1811,19 @@ def rule_top3_band(rep: Report) -> Finding:
     """The top-3 match rate with good calibration (Study 02's fp8 with the large set's scales; else Study 03's fp8):
     "good calibration gives 0.92-0.96" holds when every rate is at least 0.92 (a rate above the band is no
     refutation of "it works") and is contradicted when a rate's CI (Study 03's half-width) lies below 0.92."""
-    s02, s03 = rep.optional("02"), rep.optional("03")
+    s02 = rep.optional("02")
+    top3 = quality_top3(rep) if rep.optional("03") is not None else None
     good = {
         k[8:-11]: float(v)
         for k, v in (s02 or {}).items()
         if k.startswith("quality.fp8+large") and k.endswith(".top3_match") and v is not None
     }
     src, prefix = "02, large-set scales", "02"
-    if not good and s03 is not None and s03.get("fp8.top3_match") is not None:
-        good, src, prefix = {"fp8 (scale 1.0)": float(s03["fp8.top3_match"])}, "03, default scales", "03"
+    if not good and top3 is not None and top3["overall"].get("fp8") is not None:
+        good, src, prefix = {"fp8 (scale 1.0)": float(top3["overall"]["fp8"])}, "03, default scales", "03"
     if not good:
         raise Missing("no top-3 match rates recorded (02, 03)")
-    h, det = _top3_resolution(s03)
+    h, det = _top3_resolution(top3)
     lo = CLAIM11_BAND[0]
     if all(v >= lo for v in good.values()):
         v = CONFIRMED
@@ -1678,10 +1847,10 @@ def rule_top3_threshold(rep: Report) -> Finding:
     straddle 0.85: if they do, the threshold would call one calibration failed on some prompts and fine on others
     (refuted: it reacts to the prompts, not to the calibration). No category below 0.85 means no calibration here
     failed by the threshold, which therefore was not tested (not testable here)."""
-    s03 = rep.study("03")
+    rep.study("03")
+    top3 = quality_top3(rep)
     straddle, text = {}, []
-    for lab in (s03.get("labels") or [])[1:]:
-        cats = {c: s03.get(f"{lab}.top3_match.{c}") for c in s03.get("categories") or []}
+    for lab, cats in top3["by_category"].items():
         cats = {c: float(v) for c, v in cats.items() if v is not None}
         if cats:
             text.append(f"{lab} per category (03): " + ", ".join(f"{c} {v:.2f}" for c, v in cats.items()))
@@ -1689,7 +1858,7 @@ def rule_top3_threshold(rep: Report) -> Finding:
                 straddle[lab] = cats
     if not text:
         raise Missing("quality (03) recorded no per-category top-3 rates")
-    h, det = _top3_resolution(s03)
+    h, det = _top3_resolution(top3)
     if straddle:
         return finding(
             REFUTED,
@@ -1855,11 +2024,11 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
             detectable=_decode_detectable(s06),
             headline=head if v == REFUTED else "",
         )
-    s01 = rep.study("01")
-    cs = _sorted_concurrency(s01)
+    rep.study("01")
+    cs = serving_concurrency(rep)
     if not cs:
         raise Missing("no decode grid (06) and no concurrency sweep (01)")
-    d = _delta(s01, f"output tok/s @c={cs[0]}")
+    d = serving_delta(rep, "output tok/s", cs[0])
     out = judge(d["lo_pct"], d["hi_pct"], CLAIM13["batch1_gain_pct"])
     return finding(
         outcome_verdict(out),
@@ -2304,12 +2473,18 @@ def rule_ttft_spread(rep: Report) -> Finding:
     80% of auto's spread, i.e. 0.8 x (P99 - P50) / P50 of TTFT P50; when the TTFT P50 and P99 deltas' 95% CI
     half-widths exceed that, the run cannot resolve it (inconclusive); else a spread ratio within 50% of 0.2
     confirms and one outside refutes."""
-    s = rep.study("01")
-    c = _key(s, "headline_concurrency", "01")
-    cand = _candidate(s)
-    p50a, p99a = _key(s, "ttft_p50_ms_auto", "01"), _key(s, "ttft_p99_ms_auto", "01")
-    p50f, p99f = _key(s, f"ttft_p50_ms_{cand}", "01"), _key(s, f"ttft_p99_ms_{cand}", "01")
-    d50, d99 = _delta(s, f"TTFT P50 @c={c}"), _delta(s, f"TTFT P99 @c={c}")
+    rep.study("01")
+    c = serving_headline_concurrency(rep)
+    cand = serving_candidate(rep)
+
+    def ttft(q: str, d: str) -> float:
+        v = serving_figure(rep, f"ttft_{q}_ms_{d}", f"ttft_{q}_pooled", d, concurrency=c)
+        if v is None or not math.isfinite(float(v)):
+            raise Missing(f"serving (01) has no pooled TTFT {q.upper()} of {d}")
+        return float(v)
+
+    p50a, p99a, p50f, p99f = ttft("p50", "auto"), ttft("p99", "auto"), ttft("p50", cand), ttft("p99", cand)
+    d50, d99 = serving_delta(rep, "TTFT P50", c), serving_delta(rep, "TTFT P99", c)
     ratio = (p99f - p50f) / (p99a - p50a) if p99a > p50a else float("nan")
     need = 80 * (p99a - p50a) / p50a
     h = max(half_width(d50), half_width(d99))
@@ -2469,16 +2644,21 @@ def report_label(path: Path) -> str:
 def load_report(path: str | Path, label: str | None = None, extra: Iterable[str | Path] = ()) -> Report:
     """A report folder's study summaries (``NN_*.summary.json``; an audit's own summary is left out), its
     ``summary.json`` (the runner's index: ``ran_on``, ``parameters``), and ``extra`` summary files (e.g. a Study 06
-    summary rendered elsewhere), each under its file's stem."""
+    summary rendered elsewhere), each under its file's stem; with each summary its typed rows where a rows file
+    stands beside it (``<stem>.rows.json``, validated on read: a file that does not fit the schema raises)."""
     path = _resolve(path)
-    sums = {}
+    sums, rows = {}, {}
     for f in [*sorted(path.glob(SUMMARY_GLOB)), *map(_resolve, extra)]:
         s = json.loads(Path(f).read_text())
         if isinstance(s, dict) and "audit_rows" not in s:
-            sums[Path(f).name.removesuffix(".summary.json")] = s
+            stem = Path(f).name.removesuffix(".summary.json")
+            sums[stem] = s
+            rf = summary_table.rows_path(f)
+            if rf.is_file():
+                rows[stem] = summary_table.read_rows(rf)
     idx = path / "summary.json"
     index = json.loads(idx.read_text()) if idx.is_file() else {}
-    return Report(label or report_label(path), path, sums, index if isinstance(index, dict) else {})
+    return Report(label or report_label(path), path, sums, index if isinstance(index, dict) else {}, rows)
 
 
 def load_options(
@@ -2753,6 +2933,19 @@ VERDICT_COLORS: Mapping[str, str] = {
 }
 
 
+def rows_note(rep: Report, stem: str) -> str:
+    """How the audit read a study of :data:`ROW_STUDIES`: its typed rows by field, or (a report rendered before the
+    typed table existed) its flat summary's keys, as before; empty for the other studies."""
+    if stem[:2] not in ROW_STUDIES:
+        return ""
+    if stem in rep.rows:
+        return f"; its claims read {len(rep.rows[stem])} typed rows by field ({stem}.rows.json)"
+    return (
+        f"; no typed rows beside this summary (rendered before {stem}.rows.json existed): its claims read the "
+        "flat summary's keys"
+    )
+
+
 def evidence_frame(ev: Evidence) -> Any:
     """What the audit read: one row per report and study (with the setting read from its records) and per vLLM
     version (its source)."""
@@ -2761,12 +2954,12 @@ def evidence_frame(ev: Evidence) -> Any:
     rows = []
     for r in ev.reports:
         for stem in sorted(r.summaries):
-            st = r.setting(stem[:2])
+            setting = r.setting(stem[:2])
             rows.append(
                 {
                     "evidence": f"report {r.label}: {stem}",
                     "where": os.path.relpath(r.path, REPO_ROOT),
-                    "what": f"{st.text} (read from {st.source or 'nothing'})",
+                    "what": f"{setting.text} (read from {setting.source or 'nothing'})" + rows_note(r, stem),
                 }
             )
         if not r.summaries:

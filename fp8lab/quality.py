@@ -1229,6 +1229,87 @@ def headline(
     return out
 
 
+def summary_rows(
+    runs: QualityRuns, summary: pd.DataFrame, top3_cat: pd.DataFrame, greedy: pd.DataFrame
+) -> list[dict[str, Any]]:
+    """The study's typed summary rows (:mod:`fp8lab.summary_table`), from its own tables: per KV config that ran
+    (``setting`` its label: the dtype, or ``fp8+<scale set>``) the top-3 match over all prompts with its bootstrap
+    CI (:func:`summary_table`) and per prompt category (``subset``, :func:`top3_by_category`), the first
+    divergence, agreement, teacher-forced top-1 and KL, perplexity and the copy task's accuracy; per candidate the
+    perplexity change (% paired by window) and the accuracy change (difference paired by item) against the baseline,
+    each with its CI. ``n`` counts prompts, windows or items. Non-finite values give no row."""
+    from fp8lab import summary_table as st
+
+    model = Path(runs.spec.model).name
+    rows: list[dict[str, Any]] = []
+
+    def add(**f: Any) -> None:
+        v = f.get("value")
+        if v is None or not math.isfinite(float(v)):
+            return
+        if not _finite_ci(f.get("ci")):
+            f["ci"] = (None, None)
+        f["ci_low"], f["ci_high"] = f.pop("ci")
+        rows.append(st.make_row(study="quality", model=model, **f))
+
+    for lab, r in summary.iterrows():
+        if r.status != "ok":
+            continue
+        res = runs.results[lab]
+        device = (res.provenance or {}).get("device")
+        common = {
+            "kv_dtype": r.kv_cache_dtype,
+            "setting": str(lab),
+            "evidence": st.evidence_of(device, model),
+            "device": device or "unknown",
+        }
+        g = greedy[greedy.label == lab]
+        n_prompts = len(g)
+        add(**common, metric="top3_match", value=r.get("top3_match"), ci=r.get("top3_ci"), n=n_prompts, unit="fraction")
+        if lab in top3_cat.index:
+            for cat in sorted(runs.prompts.category.unique()):
+                add(
+                    **common,
+                    metric="top3_match",
+                    subset=str(cat),
+                    value=top3_cat.loc[lab, cat],
+                    n=int((g.category == cat).sum()),
+                    unit="fraction",
+                )
+        for metric, unit in (("first_div_median", "tokens"), ("agreement", "fraction")):
+            add(**common, metric=metric, value=r.get(metric), n=n_prompts, unit=unit)
+        for metric, col, unit in (("tf_top1", "tf_top1", "fraction"), ("tf_kl", "tf_kl", "nats")):
+            add(**common, metric=metric, value=r.get(col), n=n_prompts, unit=unit)
+        n_windows, n_items = len(runs.windows), len(runs.task)
+        if n_windows:
+            add(**common, metric="ppl", value=r.get("ppl"), n=n_windows, unit="1")
+        if n_items:
+            add(**common, metric="task_acc", value=r.get("task_acc"), ci=r.get("task_ci"), n=n_items, unit="fraction")
+        if lab == BASELINE:
+            continue
+        if n_windows:
+            add(
+                **common,
+                metric="ppl",
+                baseline=BASELINE,
+                value=r.get("delta_ppl_pct"),
+                ci=r.get("delta_ppl_pct_ci"),
+                n=n_windows,
+                unit="%",
+            )
+        if n_items:
+            add(
+                **common,
+                metric="task_acc",
+                baseline=BASELINE,
+                value=r.get("delta_task_acc"),
+                ci=r.get("delta_task_acc_ci"),
+                n=n_items,
+                unit="fraction",
+            )
+    return rows
+
+
 __all__ = [
     "BASELINE",
     "REPORT_FINE_BAND",
@@ -1244,6 +1325,7 @@ __all__ = [
     "capture_prompts",
     "roundtrip_points",
     "attention_error_table",
+    "summary_rows",
     "by_position",
     "copy_task_items",
     "engine_roundtrip",

@@ -44,14 +44,27 @@ def _clean(o: Any) -> Any:
     return str(o)
 
 
-def record_summary(values: dict[str, Any], path: str | Path | None = None) -> Path:
+def record_summary(
+    values: dict[str, Any], path: str | Path | None = None, rows: Sequence[dict[str, Any]] | None = None
+) -> Path:
     """Write a notebook's key numbers as JSON and show them.
 
     The file is ``path``, else ``$FP8LAB_SUMMARY_PATH`` (set by ``fp8lab run``), else
     ``<runs>/summaries/last_summary.json`` (a notebook run by hand). Returns the path written.
+    ``rows`` (the study's typed summary rows, :mod:`fp8lab.summary_table`) are validated first (a bad row raises
+    before anything is written) and written beside it as ``<stem>.rows.json`` and ``.rows.parquet``; without
+    ``rows`` a rows file left there by an earlier run is removed, so it never stands beside a newer summary.
     """
+    from fp8lab import summary_table
+
     target = Path(path or os.environ.get("FP8LAB_SUMMARY_PATH") or runs_dir() / "summaries" / "last_summary.json")
     target.parent.mkdir(parents=True, exist_ok=True)
+    rows_file = summary_table.rows_path(target)
+    if rows is not None:
+        summary_table.write_rows(rows, rows_file)
+    else:
+        rows_file.unlink(missing_ok=True)
+        summary_table.parquet_path(rows_file).unlink(missing_ok=True)
     clean = _clean(values)
     target.write_text(json.dumps(clean, indent=2, sort_keys=True))
     print(json.dumps(clean, indent=2, sort_keys=True))
@@ -306,7 +319,12 @@ def run_notebook(
         out_dir / f".{stem}.running.html",
         out_dir / f".{stem}.running.summary.json",
     )
-    for f in (out_nb, out_html, summary_path):
+    # the typed rows record_summary writes beside the summary (fp8lab.summary_table), renamed with it
+    from fp8lab.summary_table import parquet_path, rows_path
+
+    rows_moves = [(rows_path(summary_path), rows_path(final_summary))]
+    rows_moves.append((parquet_path(rows_moves[0][0]), parquet_path(rows_moves[0][1])))
+    for f in (out_nb, out_html, summary_path, *(src for src, _ in rows_moves)):
         f.unlink(missing_ok=True)
     entry: dict[str, Any] = {"notebook": stem, "parameters": params, "status": "ok", "error": None}
     # the kernel inherits these: where to record the summary, and the report folder the notebook writes into
@@ -365,12 +383,19 @@ def run_notebook(
         for src, dst in ((out_nb, final_nb), (out_html, final_html), (summary_path, final_summary)):
             if src.exists():
                 os.replace(src, dst)
+        for src, dst in rows_moves:  # a study without rows leaves none: an older rows file would be stale
+            if src.exists():
+                os.replace(src, dst)
+            else:
+                dst.unlink(missing_ok=True)
         entry["html"] = final_html.name if final_html.exists() else None
     else:
         for src, dst in ((out_nb, out_dir / f"{stem}.failed.ipynb"), (out_html, out_dir / f"{stem}.failed.html")):
             if src.exists():
                 os.replace(src, dst)
         summary_path.unlink(missing_ok=True)
+        for src, _ in rows_moves:
+            src.unlink(missing_ok=True)
         entry.pop("html", None)
         if (out_dir / f"{stem}.failed.html").exists():
             entry["failed_html"] = f"{stem}.failed.html"

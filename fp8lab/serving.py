@@ -1850,6 +1850,130 @@ def summary_values(
     return out
 
 
+# ------------------------------------------------------------------------------------------ summary rows
+#: The row metric (:data:`fp8lab.summary_table.METRICS`) of a headline metric's phase kind and column.
+ROW_METRICS = {("closed", "output_tok_s"): "output_tok_s", ("naive", "output_tok_s"): "output_tok_s_no_stream"}
+
+
+def _row_metric(m: Metric) -> str:
+    return ROW_METRICS.get((m.kind, m.column)) or f"{m.column.removesuffix('_s')}_{m.statistic}"
+
+
+def _row_setting(m: Metric) -> str:
+    if m.kind == "open":
+        return f"open loop {m.process} {m.rate:g}/s"
+    return "closed loop, not streamed" if m.kind == "naive" else "closed loop"
+
+
+def run_device(res: ServingResult) -> str | None:
+    """The device the study's engines ran on, as their provenance names it (the first successful run's)."""
+    for run in res.runs:
+        r = run["result"]
+        if r.status == "ok" and (r.provenance or {}).get("device"):
+            return str(r.provenance["device"])
+    return None
+
+
+def summary_rows(
+    res: ServingResult, deltas: pd.DataFrame, capacity: pd.DataFrame, search: pd.DataFrame
+) -> list[dict[str, Any]]:
+    """The study's typed summary rows (:mod:`fp8lab.summary_table`), from its own tables: per headline metric
+    (:func:`headline_metrics`) each dtype's per-trial mean and each candidate's paired change against the baseline
+    (from :func:`delta_table`: value ``delta_pct`` %, its t interval, ``n`` pairs, ``beyond_noise``, ``detectable``);
+    the pooled TTFT P50/P99 at the headline concurrency (:func:`latency_summary`); preemptions per closed-loop
+    point (:func:`throughput_table`); capacity and peak memory per dtype (:func:`capacity_table`); the largest
+    concurrency held without preemption where the search found the limit (:func:`capacity_search`; a censored
+    search, a lower bound only, gives no row). Non-finite values give no row."""
+    from fp8lab import summary_table as st
+
+    plan, a = res.plan, res.plan.baseline
+    device = run_device(res)
+    model = Path(plan.engine.model).name
+    common = {"study": "serving", "evidence": st.evidence_of(device, model), "device": device or "unknown"}
+    common["model"] = model
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def finite(v: Any) -> bool:
+        return v is not None and not pd.isna(v) and math.isfinite(float(v))
+
+    def add(**f: Any) -> None:
+        if not finite(f.get("value")):
+            return
+        if not (finite(f.get("ci_low")) and finite(f.get("ci_high"))):
+            f["ci_low"] = f["ci_high"] = None
+        if not finite(f.get("detectable")):
+            f["detectable"] = None
+        row = st.make_row(**common, **f)
+        rows.setdefault(tuple(row[k] for k in st.KEY), row)
+
+    by_name = {m.name: m for m in headline_metrics(res)}
+    for r in deltas.to_dict("records"):
+        m = by_name.get(r["metric"])
+        if m is None:
+            continue
+        where = {"metric": _row_metric(m), "setting": _row_setting(m), "concurrency": m.concurrency}
+        add(**where, kv_dtype=a, value=r["a"], n=int(r["n_a"]), unit=r["unit"])
+        add(**where, kv_dtype=r["kv_dtype"], value=r["b"], n=int(r["n_b"]), unit=r["unit"])
+        add(
+            **where,
+            kv_dtype=r["kv_dtype"],
+            baseline=a,
+            value=r["delta_pct"],
+            ci_low=r["lo_pct"],
+            ci_high=r["hi_pct"],
+            n=int(r["n"]),
+            unit="%",
+            beyond_noise=bool(r["beyond_noise_floor"]),
+            detectable=r["detectable_pct"],
+        )
+    lat = latency_summary(res, by=("kv_dtype",))
+    for r in lat.itertuples():
+        if r.metric == "ttft_ms":
+            for q in ("p50", "p99"):
+                add(
+                    metric=f"ttft_{q}_pooled",
+                    setting="closed loop",
+                    concurrency=res.headline_concurrency,
+                    kv_dtype=r.kv_dtype,
+                    value=getattr(r, q),
+                    n=int(r.n),
+                    unit="ms",
+                )
+    tp = throughput_table(res)
+    if len(tp) and "concurrency" in tp:
+        for (d, c), g in tp[tp.concurrency.notna()].groupby(["kv_dtype", "concurrency"]):
+            add(
+                metric="preemptions",
+                setting="closed loop",
+                concurrency=int(c),
+                kv_dtype=d,
+                value=float(g.preemptions.sum()),
+                n=len(g),
+                unit="preemptions",
+            )
+    n_eng = res.engines[res.engines.status == "ok"].groupby("kv_dtype").size() if len(res.engines) else {}
+    for r in capacity.to_dict("records"):
+        if r.get("status") != "ok":
+            continue
+        d = r["kv_dtype"]
+        for metric, unit in (("kv_capacity_tokens", "tokens"), ("num_blocks", "blocks"), ("mem_peak_gib", "GiB")):
+            if r.get(metric) is not None:
+                n = int(n_eng.get(d, 1)) if metric == "mem_peak_gib" else 1
+                add(metric=metric, setting="engine", kv_dtype=d, value=r[metric], n=n, unit=unit)
+    shape = plan.capacity_shape
+    for r in search.to_dict("records") if len(search) else []:
+        if r["measured"] is not None and not r["censored"] and not pd.isna(r["measured"]):
+            add(
+                metric="max_concurrency_no_preemption",
+                setting=f"capacity search, {shape[0]} in + {shape[1]} out" if shape else "capacity search",
+                kv_dtype=r["kv_dtype"],
+                value=int(r["measured"]),
+                n=1,
+                unit="requests",
+            )
+    return list(rows.values())
+
+
 # --------------------------------------------------------------------------------------------------
 # Fidelity: fp8lab's offline throughput vs `vllm bench throughput`
 # --------------------------------------------------------------------------------------------------

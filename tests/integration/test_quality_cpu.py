@@ -68,6 +68,24 @@ def test_summary_and_headline(runs):
     for key in ("fp8.top3_match", "fp8.tf_top1", "fp8.tf_abs_dlogprob", "fp8.ppl", "fp8.delta_ppl", "fp8.task_acc"):
         assert np.isfinite(h[key]), key
     assert h["fp8.tf_abs_dlogprob"] > 0
+    # the typed rows (fp8lab.summary_table) carry the same numbers, selected by field
+    from fp8lab import summary_table as st
+
+    top3 = q.top3_by_category(g)
+    rows = st.validate(q.summary_rows(runs, s, top3, g))
+    fp8 = st.one(rows, metric="top3_match", setting="fp8", subset=None)
+    assert (fp8["value"], fp8["ci_low"], fp8["ci_high"]) == (
+        h["fp8.top3_match"],
+        h["fp8.top3_ci_lo"],
+        h["fp8.top3_ci_hi"],
+    )
+    assert fp8["n"] == len(runs.prompts) and fp8["unit"] == "fraction" and fp8["evidence"] == "cpu analogue"
+    for cat in runs.prompts.category.unique():
+        assert st.one(rows, metric="top3_match", setting="fp8", subset=cat)["value"] == h[f"fp8.top3_match.{cat}"]
+    dppl = st.one(rows, metric="ppl", kv_dtype="fp8", baseline="auto")
+    assert (dppl["value"], dppl["ci_low"], dppl["unit"]) == (h["fp8.delta_ppl_pct"], h["fp8.delta_ppl_pct_ci_lo"], "%")
+    assert st.one(rows, metric="task_acc", kv_dtype="fp8", baseline="auto")["value"] == h["fp8.delta_task_acc"]
+    assert not st.select(rows, setting="auto", baseline="auto")  # the baseline has no change against itself
 
 
 @pytest.mark.native_fp8
