@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 
 import pytest
 
+from fp8lab import audit
+from fp8lab import summary_table as st
 from fp8lab.paths import NOTEBOOKS_DIR
 from fp8lab.report import TEST_PROFILE, load_profile
 
@@ -115,3 +119,72 @@ def test_both_methods_on_the_same_engines(summary):
         d = summary["deltas"][f"fp8: output tok/s (no stream) @c={c}"]
         assert d["lo_pct"] <= d["delta_pct"] <= d["hi_pct"]
         assert (d["label"] == "within noise") == (d["lo_pct"] <= 0 <= d["hi_pct"])
+
+
+@pytest.fixture(scope="module")
+def report_dir(summary, tmp_path_factory):
+    """The folder this module's run wrote (``run_nb`` runs each notebook into a fresh folder of the session's
+    temporary root): the one whose summary is this run's."""
+    hits = {
+        f.parent.resolve()  # pytest's "<name>current" links name the same folder
+        for f in tmp_path_factory.getbasetemp().glob(f"*/{NB.stem}.summary.json")
+        if json.loads(f.read_text()) == summary
+    }
+    assert len(hits) == 1, hits
+    return hits.pop()
+
+
+def test_the_audit_reads_the_rows_this_run_wrote(summary, report_dir, tmp_path):
+    """Issue 16: a study runs, then the audit reads the rows that run just wrote, by field. The rows carry the
+    run's own numbers; claims 5, 24 and 3b read them (``read_from: rows``), never the flat summary's keys; a rows
+    file whose producer renamed a field value the audit selects on leaves those claims without evidence instead of
+    falling back to the summary (a renamed producer field fails this test)."""
+    rows = st.read_rows(report_dir / f"{NB.stem}.rows.json")  # validated on read as on write
+    assert st.read_parquet(report_dir / f"{NB.stem}.rows.parquet") == rows
+    assert not list(report_dir.glob(".*running*"))  # renamed with the summary
+    assert {r["evidence"] for r in rows} == {"cpu analogue"} and rows[0]["model"] == "fp8lab-tiny-qwen3"
+    for c in summary["concurrency"]:
+        d = summary["deltas"][f"fp8: output tok/s @c={c}"]
+        r = st.one(rows, metric="output_tok_s", setting="closed loop", concurrency=c, kv_dtype="fp8", baseline="auto")
+        assert (r["value"], r["ci_low"], r["ci_high"], r["n"]) == (d["delta_pct"], d["lo_pct"], d["hi_pct"], d["n"])
+        assert r["unit"] == "%" and r["beyond_noise"] == d["beyond_noise_floor"]
+    rep = audit.load_report(report_dir)
+    assert rep.study_rows("01") == rows
+    mix = audit.rule_mix(rep)
+    assert mix.verdict != audit.NOT_TESTABLE, mix.measured
+    c = mix.details["concurrency"]
+    for name in audit.CLAIM5:
+        metric, setting = audit.SERVING_DELTAS[name]
+        r = st.one(rows, metric=metric, setting=setting, concurrency=c, kv_dtype="fp8", baseline="auto")
+        got = mix.details[name]
+        assert got["read_from"] == "rows" and (got["delta_pct"], got["lo_pct"], got["hi_pct"]) == (
+            r["value"],
+            r["ci_low"],
+            r["ci_high"],
+        )
+    head = max(summary["concurrency"])
+    pooled = {
+        (d, q): st.one(rows, metric=f"ttft_{q}_pooled", kv_dtype=d, concurrency=head)["value"]
+        for d in ("auto", "fp8")
+        for q in ("p50", "p99")
+    }
+    assert pooled[("fp8", "p50")] == summary["ttft_p50_ms_fp8"]
+    spread = audit.rule_ttft_spread(rep)
+    assert spread.details["ratio"] == pytest.approx(
+        (pooled[("fp8", "p99")] - pooled[("fp8", "p50")]) / (pooled[("auto", "p99")] - pooled[("auto", "p50")])
+    )
+    mem = audit.rule_total_memory(rep)
+    peak = {d: st.one(rows, metric="mem_peak_gib", kv_dtype=d)["value"] for d in ("auto", "fp8")}
+    assert mem.details["engine_drop"] == pytest.approx(1 - peak["fp8"] / peak["auto"])
+    ev = audit.load_evidence(report_dir, (), options_files=None, introspect_installed=False)
+    found = {r["id"]: r for r in audit.audit(ev)}
+    assert found["5"]["by_report"] == {rep.label: f"{mix.verdict} (analogue)"}  # a CPU run: never GPU evidence
+    what = audit.evidence_frame(ev).set_index("evidence").loc[f"report {rep.label}: {NB.stem}", "what"]
+    assert f"typed rows by field ({NB.stem}.rows.json)" in what
+    # a producer that renamed what the audit selects on: no evidence, and no quiet fallback to the flat summary
+    renamed = tmp_path / report_dir.name
+    shutil.copytree(report_dir, renamed)
+    moved = [{**r, "setting": "closed-loop" if r["setting"] == "closed loop" else r["setting"]} for r in rows]
+    st.write_rows(moved, renamed / f"{NB.stem}.rows.json")
+    gone = audit.safe(audit.rule_mix, audit.load_report(renamed))
+    assert gone.verdict == audit.NOT_TESTABLE and "serving (01) rows" in gone.measured, gone.measured
