@@ -5,8 +5,12 @@ loaded from the session's results store; only the dtypes the profile adds start 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from fp8lab import audit
+from fp8lab import summary_table as st
 from fp8lab.paths import NOTEBOOKS_DIR
 
 pytestmark = [
@@ -68,3 +72,34 @@ def test_emulated_fp8_agrees_with_native(nb03):
     assert s["emulation_vs_native.fp8.top1_agreement"] >= 0.95  # 0.962 in tests/integration/test_fp8emu_cpu.py
     assert s["emulation_vs_native.fp8.max_abs_dlogprob"] < s["emulation_vs_native.fp8.native_vs_auto_max_abs_dlogprob"]
     assert "Emulated vs native `fp8`" in s["emulation_vs_native"]
+
+
+def test_the_audit_reads_the_rows_this_run_wrote(nb03, tmp_path_factory):
+    """Issue 16: the typed rows this run wrote beside its summary carry its numbers, and the audit's claims 11a and
+    11b read them by field (the top-3 rate of ``fp8``, its CI, the per-category rates of every candidate)."""
+    _, s = nb03
+    folders = {  # the folder this run wrote (pytest's "<name>current" links name the same one)
+        f.parent.resolve()
+        for f in tmp_path_factory.getbasetemp().glob(f"*/{NB03.stem}.summary.json")
+        if json.loads(f.read_text()) == s
+    }
+    assert len(folders) == 1, folders
+    folder = folders.pop()
+    rows = st.read_rows(folder / f"{NB03.stem}.rows.json")
+    assert st.read_parquet(folder / f"{NB03.stem}.rows.parquet") == rows
+    for lab in s["labels"][1:]:
+        for cat in s["categories"]:
+            r = st.one(rows, metric="top3_match", setting=lab, subset=cat)
+            assert r["value"] == s[f"{lab}.top3_match.{cat}"] and r["evidence"] == "cpu analogue"
+    rep = audit.load_report(folder)
+    top3 = audit.quality_top3(rep)
+    assert top3["read_from"] == "rows" and top3["ci"] == (s["fp8.top3_ci_lo"], s["fp8.top3_ci_hi"])
+    assert top3["by_category"] == {
+        lab: {c: s[f"{lab}.top3_match.{c}"] for c in s["categories"]} for lab in s["labels"][1:]
+    }
+    band = audit.rule_top3_band(rep)
+    assert band.details["good"] == {"fp8 (scale 1.0)": s["fp8.top3_match"]}
+    assert f"+-{(s['fp8.top3_ci_hi'] - s['fp8.top3_ci_lo']) / 2:.3f}" in band.detectable
+    threshold = audit.rule_top3_threshold(rep)
+    assert threshold.verdict in (audit.REFUTED, audit.NOT_TESTABLE)
+    assert all(f"{lab} per category (03)" in threshold.measured for lab in s["labels"][1:])
