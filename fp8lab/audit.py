@@ -805,7 +805,7 @@ def _delta(s: Mapping[str, Any], metric: str) -> Mapping[str, Any]:
 # ------------------------------------------------------------------------------- typed rows (Studies 01, 03)
 #: Studies whose typed rows (:mod:`fp8lab.summary_table`) the rules read by field where a report has them; a
 #: report rendered before the typed table existed has only the flat summary, which is read as before.
-ROW_STUDIES: Mapping[str, str] = {"01": "serving", "03": "quality"}
+ROW_STUDIES: Mapping[str, str] = {"01": "serving", "03": "quality", "06": "decode"}
 #: Each Study 01 delta the rules name: its row metric and setting, under the flat summary's name of the delta.
 SERVING_DELTAS: Mapping[str, tuple[str, str]] = {
     "output tok/s": ("output_tok_s", "closed loop"),
@@ -1032,6 +1032,46 @@ def _decode_detectable(s06: Mapping[str, Any]) -> str:
         if md is not None
         else "the points' 95% CIs"
     )
+
+
+def decode_grid(rep: Report) -> list[dict[str, Any]]:
+    """Study 06's paired points (``batch``, ``context_len``, the fp8/auto step ``ratio`` with ``ratio_ci_low`` /
+    ``ratio_ci_high``, ``beyond_noise``): its change rows selected by field where the report has rows (in their
+    order, the grid's), else its flat summary's ``points`` (:func:`decode_points`); raises :class:`Missing`."""
+    rows = rep.study_rows("06")
+    if rows is None:
+        return decode_points(rep.study("06"))
+    cand, base = _row_pair(rows, "06")
+    pts = [
+        {
+            "batch": r["batch"],
+            "context_len": r["context_len"],
+            "ratio": r["value"],
+            "ratio_ci_low": r["ci_low"],
+            "ratio_ci_high": r["ci_high"],
+            "beyond_noise": r["beyond_noise"],
+            "ci_half_width_pct": None if r["detectable"] is None else 100 * r["detectable"],
+            "read_from": "rows",
+        }
+        for r in summary_table.select(rows, study="decode", metric="decode_step_ms", kv_dtype=cand, baseline=base)
+        if r["ci_low"] is not None
+    ]
+    if not pts:
+        raise Missing("decode speed (06) rows hold no paired points")
+    return pts
+
+
+def decode_detectable(rep: Report) -> str:
+    """Study 06's detectable effect: the median and largest 95% CI half-width over its grid (from its rows where the
+    report has them, else its flat summary, :func:`_decode_detectable`)."""
+    if rep.study_rows("06") is None:
+        return _decode_detectable(rep.study("06"))
+    hw = sorted(p["ci_half_width_pct"] for p in decode_grid(rep) if p["ci_half_width_pct"] is not None)
+    if not hw:
+        return "the points' 95% CIs"
+    k = len(hw) // 2
+    med = hw[k] if len(hw) % 2 else (hw[k - 1] + hw[k]) / 2
+    return _decode_detectable({"min_detectable_pct": med, "max_ci_half_width_pct": hw[-1]})
 
 
 def _gain(ratio: float) -> float:
@@ -1512,7 +1552,7 @@ def rule_long_speed(rep: Report) -> Finding:
     single requests (E2E ratio at its concurrency) with the ramp's detectable effect (ramp_noise)."""
     s06 = rep.optional("06")
     if s06 is not None:
-        pts = decode_points(s06)
+        pts = decode_grid(rep)
         ctx = min({int(p["context_len"]) for p in pts}, key=lambda x: abs(x - CLAIM6_LENGTH))
         at = sorted((p for p in pts if int(p["context_len"]) == ctx), key=lambda p: p["batch"])
         outs = {
@@ -1533,7 +1573,7 @@ def rule_long_speed(rep: Report) -> Finding:
             "these runs do not reach +18.3%, larger batches were not measured at this length",
             {"context": ctx, "outcomes": outs},
             setting=rep.setting("06"),
-            detectable=_decode_detectable(s06),
+            detectable=decode_detectable(rep),
         )
     s04 = rep.study("04")
     c, C = _candidate(s04), s04.get("concurrency")
@@ -1581,7 +1621,7 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         text.append("vLLM throughput " + ", ".join(f"@c={c} {_fd(tp[c])}" for c in cs) + " (01)")
         st = rep.setting("01")
     if s06 is not None:
-        pts = decode_points(s06)
+        pts = decode_grid(rep)
         by_ctx: dict[int, list[dict[str, Any]]] = {}
         for p in pts:
             by_ctx.setdefault(int(p["context_len"]), []).append(p)
@@ -1977,7 +2017,7 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
     the smallest concurrency against +130% (`judge`)."""
     s06 = rep.optional("06")
     if s06 is not None:
-        pts = decode_points(s06)
+        pts = decode_grid(rep)
         by_ctx: dict[int, dict[int, dict[str, Any]]] = {}
         for p in pts:
             by_ctx.setdefault(int(p["context_len"]), {})[int(p["batch"])] = p
@@ -2021,7 +2061,7 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
             ", ".join(f"{k} {v}" for k, v in parts.items()),
             {"parts": parts, "grows": grows},
             setting=rep.setting("06"),
-            detectable=_decode_detectable(s06),
+            detectable=decode_detectable(rep),
             headline=head if v == REFUTED else "",
         )
     rep.study("01")
@@ -2054,7 +2094,7 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
     s04, s06 = rep.optional("04"), rep.optional("06")
     parts, text, dets, st = {}, [], [], None
     if s06 is not None:
-        b1 = [p for p in decode_points(s06) if int(p["batch"]) == 1]
+        b1 = [p for p in decode_grid(rep) if int(p["batch"]) == 1]
         if b1:
             p = max(b1, key=lambda p: p["context_len"])
             parts["ITL"] = judge(
@@ -2064,7 +2104,7 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
                 f"decode step at B=1, {int(p['context_len']):,} tokens: x{p['ratio']:.3f} "
                 f"[{p['ratio_ci_low']:.3f}, {p['ratio_ci_high']:.3f}] (06; claimed x{CLAIM13['itl_ratio']:.2f})"
             )
-            dets.append("ITL " + _decode_detectable(s06))
+            dets.append("ITL " + decode_detectable(rep))
             st = rep.setting("06")
     if s04 is not None:
         c = _candidate(s04)
@@ -2271,7 +2311,7 @@ def rule_long_tpot(rep: Report) -> Finding:
     nearest the reports' long class (8,192 tokens): FP8 faster beyond the CI at the largest measured batch ->
     confirmed; slower beyond the CI at every batch -> refuted; else inconclusive. (Study 01 records no per-class
     TPOT P95; the decode step is the quantity TPOT percentiles are made of.)"""
-    pts = decode_points(rep.study("06"))
+    pts = decode_grid(rep)
     ctx = min({int(p["context_len"]) for p in pts}, key=lambda x: abs(x - CLAIM6_LENGTH))
     at = sorted((p for p in pts if int(p["context_len"]) == ctx), key=lambda p: p["batch"])
     top = at[-1]
@@ -2291,7 +2331,7 @@ def rule_long_tpot(rep: Report) -> Finding:
         + ("shorter" if v == CONFIRMED else "not shorter beyond its CI"),
         {"context": ctx},
         setting=rep.setting("06"),
-        detectable=_decode_detectable(rep.study("06")),
+        detectable=decode_detectable(rep),
     )
 
 
@@ -2429,7 +2469,7 @@ def _physics_22(ev: Evidence) -> Finding | None:
 def rule_128k_throughput(rep: Report) -> Finding:
     """Study 06's decode step at its longest context, batch 1: throughput gain 1/ratio - 1 with its 95% CI against
     the claimed +133% (`judge`)."""
-    b1 = [p for p in decode_points(rep.study("06")) if int(p["batch"]) == 1]
+    b1 = [p for p in decode_grid(rep) if int(p["batch"]) == 1]
     if not b1:
         raise Missing("decode speed (06) has no batch-1 point")
     p = max(b1, key=lambda p: p["context_len"])
@@ -2441,7 +2481,7 @@ def rule_128k_throughput(rep: Report) -> Finding:
         out,
         {"ratio": p["ratio"]},
         setting=rep.setting("06"),
-        detectable=_decode_detectable(rep.study("06")),
+        detectable=decode_detectable(rep),
         headline=f"Decode with FP8 KV on {rep.setting('06').device} (CUDA graphs): "
         f"{100 * _gain(p['ratio']):+.1f}% tokens/s at batch 1 and {int(p['context_len']):,} tokens, not the "
         "reported +133%."

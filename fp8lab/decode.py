@@ -690,6 +690,55 @@ def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any
     }
 
 
+def summary_rows(run: DecodeRun, base: str = "auto", other: str = "fp8") -> list[dict[str, Any]]:
+    """The study's typed summary rows (:mod:`fp8lab.summary_table`), from :func:`point_table`: per measured point
+    (``batch``, ``context_len``) each dtype's mean decode step (ms, ``n`` repetitions) and ``other``'s step against
+    ``base``'s as their paired ratio (unit ``ratio``, its 95% t interval, ``beyond_noise``, ``detectable`` the
+    interval's half-width as a ratio: :func:`fp8lab.stats.detectable_pct` / 100). Non-finite values give no row."""
+    from fp8lab import summary_table as st
+
+    pts = point_table(run, base, other)
+    prov, spec = run.provenance or {}, run.spec
+    model = Path(spec["model"]).name
+    graphs = [e.get("cuda_graphs") for e in run.engines.values() if e.get("status") == "ok"]
+    common = {
+        "study": "decode",
+        "metric": "decode_step_ms",
+        "setting": "decode step, " + ("CUDA graphs" if graphs and all(graphs) else "eager"),
+        "evidence": st.evidence_of(prov.get("device"), model),
+        "device": prov.get("device") or "unknown",
+        "model": model,
+    }
+
+    def finite(v: Any) -> bool:
+        return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+    rows = []
+    for p in _records(pts):
+        at = {"batch": int(p["batch"]), "context_len": int(p["context_len"]), "n": int(p["n"])}
+        for d in (base, other):
+            if finite(p.get(f"{d}_step_ms")):
+                rows.append(st.make_row(**common, **at, kv_dtype=d, value=p[f"{d}_step_ms"], unit="ms"))
+        if not finite(p.get("ratio")):
+            continue
+        ci = (p["ratio_ci_low"], p["ratio_ci_high"]) if finite(p.get("ratio_ci_low")) else (None, None)
+        rows.append(
+            st.make_row(
+                **common,
+                **at,
+                kv_dtype=other,
+                baseline=base,
+                value=p["ratio"],
+                ci_low=ci[0],
+                ci_high=ci[1],
+                unit="ratio",
+                beyond_noise=bool(p["beyond_noise"]),
+                detectable=p["ci_half_width_pct"] / 100 if finite(p.get("ci_half_width_pct")) else None,
+            )
+        )
+    return rows
+
+
 def verdict(s: dict[str, Any]) -> list[str]:
     """Headline bullets computed from a :func:`summary`."""
     out = []

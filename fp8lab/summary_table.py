@@ -87,6 +87,8 @@ METRICS: Mapping[str, str] = {
     "mem_peak_gib": "engine peak device memory",
     "max_concurrency_no_preemption": "largest concurrency the capacity search ran without preemption",
     "preemptions": "preemptions summed over a point's trials",
+    # decode (06)
+    "decode_step_ms": "mean decode step of a point (change: the paired ratio of the steps, unit ratio)",
     # quality (03)
     "top3_match": "the reports' top-3 token match of greedy outputs (mean over prompts)",
     "first_div_median": "first greedy token that differs from the baseline's, median over prompts",

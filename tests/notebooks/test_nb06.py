@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import decode, kvmath
+from fp8lab import audit, decode, kvmath
+from fp8lab import summary_table as st
 from fp8lab.paths import NOTEBOOKS_DIR
 
 pytestmark = [
@@ -111,3 +112,28 @@ def test_fits_and_crossovers_are_present_and_finite(nb06):
     }
     assert all(_finite(r["fraction"]) and r["fraction"] > 0 for r in roof)
     assert _finite(s["bandwidth_gbs"]) and s["bandwidth_gbs"] > 0
+
+
+def test_the_audit_reads_the_rows_this_run_wrote(nb06, tmp_path_factory):
+    """Issue 16: the typed rows this run wrote carry each point's paired ratio, and the audit's decode claims read
+    them by field (the same points, in the grid's order, as the flat summary's)."""
+    _, _, s = nb06
+    folders = {  # the folder this run wrote (pytest's "<name>current" links name the same one)
+        f.parent.resolve()
+        for f in tmp_path_factory.getbasetemp().glob(f"*/{NB06.stem}.summary.json")
+        if json.loads(f.read_text()) == s
+    }
+    assert len(folders) == 1, folders
+    folder = folders.pop()
+    rows = st.read_rows(folder / f"{NB06.stem}.rows.json")
+    assert st.read_parquet(folder / f"{NB06.stem}.rows.parquet") == rows
+    assert {r["evidence"] for r in rows} == {"cpu analogue"} and {r["setting"] for r in rows} == {"decode step, eager"}
+    rep = audit.load_report(folder)
+    grid = audit.decode_grid(rep)
+    assert [
+        (p["batch"], p["context_len"], p["ratio"], p["ratio_ci_low"], p["ratio_ci_high"], p["read_from"]) for p in grid
+    ] == [
+        (p["batch"], p["context_len"], p["ratio"], p["ratio_ci_low"], p["ratio_ci_high"], "rows") for p in s["points"]
+    ]
+    assert f"+-{s['min_detectable_pct']:.2f}% step time" in audit.decode_detectable(rep)
+    assert audit.safe(audit.rule_long_tpot, rep).verdict != audit.NOT_TESTABLE

@@ -243,3 +243,43 @@ def test_the_audit_reads_serving_rows_by_field_and_agrees_with_the_flat_summary(
     st.write_rows(rows, out / "01_kv_dtype_auto_vs_fp8.rows.json")
     gone = audit.safe(audit.rule_mix, audit.load_report(out))
     assert gone.verdict == audit.NOT_TESTABLE and "metric='tpot_p50'" in gone.measured
+
+
+def test_decode_rows_and_the_audit_reading_them(tmp_path):
+    """Study 06 on hand-written decode rows (tests/unit/test_decode_analysis.py): every point of point_table is one
+    change row (the paired ratio and its interval, by batch and context) beside each dtype's mean step; the audit's
+    decode claims read them by field and state the same verdicts and numbers as from the flat summary."""
+    import dataclasses
+
+    from test_decode_analysis import _auto, _run
+
+    from fp8lab import audit, decode
+
+    def fp8(c):
+        return 1.2 + 0.0015 * c
+
+    run = _run(tmp_path / "run", {1: (_auto, fp8), 8: (lambda c: 2 * _auto(c), lambda c: 1.9 * fp8(c))})
+    run = dataclasses.replace(run, provenance={"device": "NVIDIA H200", "vllm": "0.26.0"})
+    rows = decode.summary_rows(run)
+    pts = decode.point_table(run)
+    assert st.validate(rows) == rows and len(rows) == 3 * len(pts)
+    for p in pts.itertuples():
+        r = st.one(rows, kv_dtype="fp8", baseline="auto", batch=p.batch, context_len=p.context_len)
+        assert (r["value"], r["ci_low"], r["ci_high"], r["n"]) == (p.ratio, p.ratio_ci_low, p.ratio_ci_high, p.n)
+        assert r["unit"] == "ratio" and r["beyond_noise"] == p.beyond_noise
+        assert r["detectable"] == pytest.approx(p.ci_half_width_pct / 100)
+        own = st.one(rows, kv_dtype="auto", baseline=None, batch=p.batch, context_len=p.context_len)
+        assert own["value"] == p.auto_step_ms and own["unit"] == "ms"
+    assert {r["evidence"] for r in rows} == {"gpu analogue"}  # the shipped model's shape on a GPU
+    out = tmp_path / "report"
+    record_summary(decode.summary(run), out / "06_decode_speed.summary.json", rows=rows)
+    with_rows = audit.load_report(out)
+    rules = (audit.rule_long_speed, audit.rule_gain_at_batch_1, audit.rule_long_tpot, audit.rule_128k_throughput)
+    assert audit.decode_grid(with_rows)[0]["read_from"] == "rows"
+    found = [audit.safe(f, with_rows) for f in rules]
+    assert [f.verdict for f in found[:3]] == [audit.CONFIRMED, audit.REFUTED, audit.CONFIRMED], found
+    (out / "06_decode_speed.rows.json").unlink()
+    flat = audit.load_report(out)
+    legacy = [audit.safe(f, flat) for f in rules]
+    for a, b in zip(found, legacy, strict=True):
+        assert (a.verdict, a.measured, a.on_what, a.detectable) == (b.verdict, b.measured, b.on_what, b.detectable)
