@@ -805,7 +805,7 @@ def _delta(s: Mapping[str, Any], metric: str) -> Mapping[str, Any]:
 # ------------------------------------------------------------------------------- typed rows (Studies 01, 03)
 #: Studies whose typed rows (:mod:`fp8lab.summary_table`) the rules read by field where a report has them; a
 #: report rendered before the typed table existed has only the flat summary, which is read as before.
-ROW_STUDIES: Mapping[str, str] = {"01": "serving", "03": "quality", "06": "decode"}
+ROW_STUDIES: Mapping[str, str] = {"01": "serving", "02": "calibration", "03": "quality", "06": "decode"}
 #: Each Study 01 delta the rules name: its row metric and setting, under the flat summary's name of the delta.
 SERVING_DELTAS: Mapping[str, tuple[str, str]] = {
     "output tok/s": ("output_tok_s", "closed loop"),
@@ -930,6 +930,50 @@ def serving_figure(rep: Report, summary_key: str, metric: str, kv_dtype: str, **
         return rep.study("01").get(summary_key)
     hits = summary_table.select(rows, study="serving", metric=metric, kv_dtype=kv_dtype, baseline=None, **sel)
     return hits[0]["value"] if len(hits) == 1 else None
+
+
+def calibration_scale_diffs(rep: Report, prompt_set: str) -> tuple[dict[str, float], dict[str, Any]]:
+    """Study 02's scales from ``prompt_set`` against the large set's: ``({"<format>/<granularity>": mean absolute
+    difference}, {same keys: mean relative difference})``, in the flat summary's key order; from its rows by field
+    where the report has them, else its flat summary's ``absdiff.*`` / ``reldiff.*`` keys."""
+    rows = rep.study_rows("02")
+    s = rep.study("02")
+    if rows is None:
+        pat = re.compile(rf"^absdiff\.{re.escape(prompt_set)}\.(?P<fmt>[^.]+)\.(?P<st>[^.]+)\.mean$")
+        means = {f"{m['fmt']}/{m['st']}": float(v) for k, v in s.items() if (m := pat.match(k)) and v is not None}
+        return means, {k: s.get(f"reldiff.{prompt_set}.{k.replace('/', '.')}.mean") for k in means}
+
+    def by_key(metric: str) -> dict[str, float]:
+        hit = summary_table.select(rows, study="calibration", metric=metric, setting=prompt_set, baseline=None)
+        vals = {f"{r['kv_dtype'].removeprefix('fp8_')}/{r['subset']}": float(r["value"]) for r in hit}
+        return {k: vals[k] for k in sorted(vals, key=lambda k: k.replace("/", "."))}
+
+    means, rel = by_key("scale_abs_diff"), by_key("scale_rel_diff")
+    return means, {k: rel.get(k) for k in means}
+
+
+def calibration_quality(rep: Report, metric: str, label_prefix: str = "fp8+") -> dict[str, float]:
+    """Study 02's end-to-end ``metric`` (``top3_match``; ``ppl``: its % change against auto) of its scale-set
+    configs whose label starts with ``label_prefix``, in the flat summary's key order; from its rows by field where
+    the report has them, else its flat summary's ``quality.<label>.<metric>`` keys."""
+    key = {"top3_match": "top3_match", "ppl": "delta_ppl_pct"}[metric]
+    rows = rep.study_rows("02")
+    if rows is None:
+        s = rep.optional("02") or {}
+        head, tail = f"quality.{label_prefix}", f".{key}"
+        return {
+            k[len("quality.") : -len(tail)]: float(v)
+            for k, v in s.items()
+            if k.startswith(head) and k.endswith(tail) and v is not None
+        }
+    base = "auto" if metric == "ppl" else None
+    hit = [
+        r
+        for r in summary_table.select(rows, study="calibration", metric=metric, baseline=base, subset=None)
+        if r["setting"].startswith(label_prefix)
+    ]
+    vals = {r["setting"]: float(r["value"]) for r in hit}
+    return {k: vals[k] for k in sorted(vals, key=lambda k: f"quality.{k}.{key}")}
 
 
 def quality_top3(rep: Report) -> dict[str, Any]:
@@ -1793,11 +1837,9 @@ def rule_32_token_calibration(rep: Report) -> Finding:
     refuted; some -> inconclusive. The relative difference and the end-to-end quality are shown beside it."""
     s = rep.study("02")
     ps = _key(s, "prompt_set", "02")
-    pat = re.compile(rf"^absdiff\.{re.escape(ps)}\.(?P<fmt>[^.]+)\.(?P<st>[^.]+)\.mean$")
-    means = {f"{m['fmt']}/{m['st']}": float(v) for k, v in s.items() if (m := pat.match(k)) and v is not None}
+    means, rel = calibration_scale_diffs(rep, ps)
     if not means:
         raise Missing(f"calibration (02) summary has no absdiff.{ps}.*.mean")
-    rel = {k: s.get(f"reldiff.{ps}.{k.replace('/', '.')}.mean") for k in means}
     below = {k: v < CLAIM10_THRESHOLD for k, v in means.items()}
     large = (
         f"{s.get('calib_samples')} samples, {s.get('calib_tokens'):,} tokens" if s.get("calib_tokens") else "large set"
@@ -1806,9 +1848,9 @@ def rule_32_token_calibration(rep: Report) -> Finding:
         f"{ps} vs {large}: mean |difference| " + ", ".join(f"{k} {v:.4f}" for k, v in means.items()),
         "relative " + ", ".join(f"{k} {100 * float(v):.0f}%" for k, v in rel.items() if v is not None),
     ]
-    q = {k: v for k, v in s.items() if k.startswith("quality.fp8+") and k.endswith(".delta_ppl_pct")}
+    q = calibration_quality(rep, "ppl")
     if q:
-        text.append("end to end dppl " + ", ".join(f"{k[8:-14]} {float(v):+.2f}%" for k, v in q.items()))
+        text.append("end to end dppl " + ", ".join(f"{k} {v:+.2f}%" for k, v in q.items()))
     v = CONFIRMED if all(below.values()) else REFUTED if not any(below.values()) else INCONCLUSIVE
     on = (
         "every strategy within 0.03 absolute; the scales are small numbers, so the relative difference is large "
@@ -1853,11 +1895,7 @@ def rule_top3_band(rep: Report) -> Finding:
     refutation of "it works") and is contradicted when a rate's CI (Study 03's half-width) lies below 0.92."""
     s02 = rep.optional("02")
     top3 = quality_top3(rep) if rep.optional("03") is not None else None
-    good = {
-        k[8:-11]: float(v)
-        for k, v in (s02 or {}).items()
-        if k.startswith("quality.fp8+large") and k.endswith(".top3_match") and v is not None
-    }
+    good = calibration_quality(rep, "top3_match", "fp8+large") if s02 is not None else {}
     src, prefix = "02, large-set scales", "02"
     if not good and top3 is not None and top3["overall"].get("fp8") is not None:
         good, src, prefix = {"fp8 (scale 1.0)": float(top3["overall"]["fp8"])}, "03, default scales", "03"

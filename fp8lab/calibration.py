@@ -1645,8 +1645,56 @@ def headline(
     return out
 
 
+#: The kv cache dtype of each FP8 format (vLLM's ``fp8`` is E4M3).
+FORMAT_DTYPES = {"e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2"}
+
+
+def summary_rows(
+    cal: Calibration, diff: pd.DataFrame, diff_summary: pd.DataFrame, runs: Any, qsummary: pd.DataFrame
+) -> list[dict[str, Any]]:
+    """The study's typed summary rows (:mod:`fp8lab.summary_table`), from its own tables: per scale set other than
+    the large one (``setting`` its name), format (``kv_dtype``) and granularity (``subset``) the mean absolute and
+    relative difference of its scales from the large set's (:func:`scale_diff_summary`; ``n`` the layer x head x
+    K/V values averaged, from :func:`scale_diff_table`; evidence ``computed``: arithmetic on captured K/V), then
+    the end-to-end quality of every config it ran (:func:`fp8lab.quality.summary_rows` under study
+    ``calibration``)."""
+    from fp8lab import quality
+    from fp8lab import summary_table as st
+
+    model = Path(cal.spec.model).name
+    sizes = diff.groupby(["name", "format", "strategy"], sort=False).size()
+    rows = []
+    for r in diff_summary.to_dict("records"):
+        if r["name"] == REFERENCE:
+            continue
+        for metric, col, unit in (
+            ("scale_abs_diff", "abs_diff_mean", "1"),
+            ("scale_rel_diff", "rel_diff_mean", "ratio"),
+        ):
+            if math.isfinite(float(r[col])):
+                rows.append(
+                    st.make_row(
+                        study="calibration",
+                        metric=metric,
+                        kv_dtype=FORMAT_DTYPES[r["format"]],
+                        setting=str(r["name"]),
+                        subset=str(r["strategy"]),
+                        value=float(r[col]),
+                        n=int(sizes[(r["name"], r["format"], r["strategy"])]),
+                        unit=unit,
+                        evidence="computed",
+                        device="any (K/V captured with transformers)",
+                        model=model,
+                    )
+                )
+    greedy = quality.greedy_table(runs)
+    rows += quality.summary_rows(runs, qsummary, quality.top3_by_category(greedy), greedy, study="calibration")
+    return rows
+
+
 __all__ = [
     "CALIB_PROMPT",
+    "summary_rows",
     "CLAIM_THRESHOLD",
     "DYNAMIC_LABEL",
     "REFERENCE",

@@ -1230,14 +1230,15 @@ def headline(
 
 
 def summary_rows(
-    runs: QualityRuns, summary: pd.DataFrame, top3_cat: pd.DataFrame, greedy: pd.DataFrame
+    runs: QualityRuns, summary: pd.DataFrame, top3_cat: pd.DataFrame, greedy: pd.DataFrame, study: str = "quality"
 ) -> list[dict[str, Any]]:
     """The study's typed summary rows (:mod:`fp8lab.summary_table`), from its own tables: per KV config that ran
     (``setting`` its label: the dtype, or ``fp8+<scale set>``) the top-3 match over all prompts with its bootstrap
     CI (:func:`summary_table`) and per prompt category (``subset``, :func:`top3_by_category`), the first
     divergence, agreement, teacher-forced top-1 and KL, perplexity and the copy task's accuracy; per candidate the
     perplexity change (% paired by window) and the accuracy change (difference paired by item) against the baseline,
-    each with its CI. ``n`` counts prompts, windows or items. Non-finite values give no row."""
+    each with its CI. ``n`` counts prompts, windows or items. Non-finite values give no row. ``study``: the study
+    the rows belong to (Study 02 measures its scale sets with these runs)."""
     from fp8lab import summary_table as st
 
     model = Path(runs.spec.model).name
@@ -1250,7 +1251,7 @@ def summary_rows(
         if not _finite_ci(f.get("ci")):
             f["ci"] = (None, None)
         f["ci_low"], f["ci_high"] = f.pop("ci")
-        rows.append(st.make_row(study="quality", model=model, **f))
+        rows.append(st.make_row(study=study, model=model, **f))
 
     for lab, r in summary.iterrows():
         if r.status != "ok":

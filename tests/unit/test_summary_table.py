@@ -59,7 +59,7 @@ def test_a_good_row_fills_the_nullable_fields_with_none():
         ("baseline", "int8", "one of auto | fp8"),
         ("study", "throughput", "one of kv_memory | serving"),
         ("metric", "output tok/s @c=8", "one of output_tok_s"),  # a flat summary's key is not a metric
-        ("evidence", "h200", "one of gpu | gpu analogue | cpu analogue | unknown"),
+        ("evidence", "h200", "one of gpu | gpu analogue | cpu analogue | computed | unknown"),
         ("setting", "", "a non-empty string"),
         ("model", None, "a non-empty string"),  # not nullable
     ],
