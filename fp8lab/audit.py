@@ -26,6 +26,12 @@ arithmetic, the memory-bandwidth bound) is allowed and labelled ``physics``.
 The setting of every piece of evidence (device, model, vLLM version, CUDA graphs or eager) is read from what was
 stored: the study's summary, the report folder's ``summary.json`` (``ran_on``, ``parameters``) and, where those
 lack it, the ``provenance.json`` / ``spec.json`` of the report's committed records (``records/NN_*.tar.gz``).
+
+The numbers of Studies 01, 02, 03 and 06 (:data:`ROW_STUDIES`) are read by field from their typed rows
+(:mod:`fp8lab.summary_table`, ``NN_*.rows.json`` beside the summary: ``serving_delta``, ``decode_grid``,
+``quality_top3``, ...) where a report has them; a report rendered before the rows existed has only the flat summary,
+whose keys are read as before (:func:`rows_note` says which, in the evidence table). A rows file is never mixed with
+its summary's keys: a row a rule selects that is not there leaves the claim without that evidence.
 """
 
 from __future__ import annotations

@@ -302,7 +302,8 @@ def run_notebook(
     """Execute one notebook with papermill, export its HTML; never raises for a failing notebook.
 
     Nothing already in ``out_dir`` is replaced unless this run succeeds: the notebook and its summary are
-    written as ``.<stem>.running.*`` and renamed onto ``<stem>.ipynb`` / ``.html`` / ``.summary.json`` only
+    written as ``.<stem>.running.*`` and renamed onto ``<stem>.ipynb`` / ``.html`` / ``.summary.json`` (and the
+    typed rows ``.rows.json`` / ``.rows.parquet`` the notebook recorded; none recorded removes older ones) only
     when it ran to its summary; a failed run is kept beside as ``<stem>.failed.ipynb`` / ``.failed.html``
     (``entry["failed_html"]``), and the last good result stays where it was."""
     import papermill
