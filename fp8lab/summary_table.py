@@ -243,7 +243,8 @@ def evidence_of(device: str | None, model: str | None) -> str:
 
 def make_row(**fields: Any) -> dict[str, Any]:
     """A row from keyword fields, the nullable ones defaulting to ``None``; numbers made plain Python (numpy
-    scalars to ``int`` / ``float`` / ``bool``), then checked (:func:`check_row`)."""
+    scalars to ``int`` / ``float`` / ``bool``; a whole float in an integer field to ``int``, an integer in a float
+    field to ``float``), then checked (:func:`check_row`)."""
     row: dict[str, Any] = {c.name: None for c in COLUMNS if c.nullable}
     for k, v in fields.items():
         if hasattr(v, "item") and not isinstance(v, (str, bytes)):
@@ -251,6 +252,8 @@ def make_row(**fields: Any) -> dict[str, Any]:
         col = _BY_NAME.get(k)
         if col is not None and col.kind is int and isinstance(v, float) and v.is_integer():
             v = int(v)
+        elif col is not None and col.kind is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)  # one type per field, as Parquet stores it
         row[k] = v
     check_row(row)
     return row

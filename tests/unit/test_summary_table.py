@@ -113,6 +113,7 @@ def test_json_and_parquet_round_trip(tmp_path):
     assert st.read_rows(path) == st.validate(rows)
     back = st.read_parquet(st.parquet_path(path))
     assert back == st.read_rows(path)
+    assert rows[3]["value"] == 18.0 and isinstance(rows[3]["value"], float)  # make_row: one type per field
     assert isinstance(back[3]["value"], float) and back[0]["concurrency"] == 8 and back[2]["concurrency"] is None
     assert back[1]["beyond_noise"] is False and back[1]["ci_low"] is None
     assert not list(tmp_path.glob(".*"))  # no temporary file left
