@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
+from fp8lab.errors import SpecError
 from fp8lab.paths import TINY_MODEL_NAME
-from fp8lab.specs import KVDtype, SpecError
+from fp8lab.specs import KVDtype
 
 #: Studies that write rows (the notebook prefix each belongs to, for readers that go by notebook).
 STUDIES: Mapping[str, str] = {
