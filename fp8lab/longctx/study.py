@@ -11,9 +11,10 @@ nothing of its own but the verdict words)::
     res.tables()["ramp"], res.summary(), res.verdict(), res.markdown()
 
 The verdicts: the five field-report claims of :func:`~fp8lab.longctx.verdict.claims`, each ``label`` put on the
-audit's scale by :func:`verdict_word` (``supported`` -> confirmed, ``not supported`` -> refuted, ``not measured``
--> not testable here, anything partial -> inconclusive; for the silent-failure claim, divergence that grows along
-the context confirms it). ``n`` and ``detectable`` per claim: ``oom`` the dtypes whose boundary was found, to one KV
+audit's scale by :func:`verdict_word` (``supported`` -> confirmed, ``not measured`` -> not testable here, anything
+else -> inconclusive: a label such as ``not supported`` says the run did not show the effect, not that an interval
+excludes it, which the audit's ``refuted`` needs; for the silent-failure claim, divergence that grows along the
+context confirms it). ``n`` and ``detectable`` per claim: ``oom`` the dtypes whose boundary was found, to one KV
 block; ``gains_grow`` the ramp lengths compared one request at a time, the 95% CI half-width of the ITL median's
 relative delta at the longest; ``block256`` the block sizes that ran at the longest sweep length, the same interval
 for 256 vs the smallest; ``silent`` the teacher-forced positions scored on real text; ``random_tokens`` the rows
@@ -57,7 +58,8 @@ def verdict_word(key: str, label: str) -> VerdictWord:
         return "not testable here"
     if key == "silent":
         return "confirmed" if label == "divergence grows along the context" else "inconclusive"
-    return {"supported": "confirmed", "not supported": "refuted"}.get(label, "inconclusive")
+    # "not supported" says the run did not show the effect, not that an interval excludes it (the audit's refuted)
+    return "confirmed" if label == "supported" else "inconclusive"
 
 
 class Spec(LongCtxPlan):
