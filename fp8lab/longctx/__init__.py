@@ -44,6 +44,8 @@ of it, ``run`` none of the tables):
 - :mod:`~fp8lab.longctx.verdict`: :func:`claims` and :func:`verdict_markdown`; :mod:`~fp8lab.longctx.summary`:
   :func:`summary_values`.
 - :mod:`~fp8lab.longctx.plots`: the notebook's figures (imported on its own: it loads matplotlib).
+- :mod:`~fp8lab.longctx.study`: the study contract (:mod:`fp8lab.study`) the notebook calls: ``Spec.from_params``,
+  ``run`` -> ``Results`` (``tables()``, ``summary()``, ``verdict()``, ``markdown()``).
 
 Every public name is re-exported here (``from fp8lab import longctx as lc; lc.LongCtxPlan(...)``).
 """

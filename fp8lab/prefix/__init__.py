@@ -42,6 +42,8 @@ arithmetic of ``predict``, never ``run``):
 - :mod:`~fp8lab.prefix.summary`: :func:`summary`; :mod:`~fp8lab.prefix.verdict`: :data:`CLAIM`,
   :func:`claim_verdict`, :func:`claim_evidence`, :func:`verdict`.
 - :mod:`~fp8lab.prefix.plots`: the notebook's figures (imported on its own: it loads matplotlib).
+- :mod:`~fp8lab.prefix.study`: the study contract (:mod:`fp8lab.study`) the notebook calls: ``Spec.from_params``,
+  ``run`` -> ``Results`` (``tables()``, ``summary()``, ``verdict()``, ``markdown()``).
 
 Every public name is re-exported here (``from fp8lab import prefix as px; px.PrefixSpec(...)``); the functions
 ``summary`` and ``verdict`` shadow their submodules' names on the package (import those modules by their dotted

@@ -1,0 +1,312 @@
+"""The study contract (:mod:`fp8lab.study`) without an engine: every registered study satisfies it and
+:func:`~fp8lab.study.check` names what a study lacks; each study's ``Spec.from_params`` builds the spec its notebook
+built before from the cpu-tiny profile's parameters and names a bad field (SpecError) before any engine; and the
+results object of a stored run (Study 07: a run written to a store and loaded by ``run``; Study 04: the fake engine
+runner of test_longctx) gives the tables, the summary the notebook records, and typed verdicts on the audit's scale."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import types
+from typing import get_args
+
+import pandas as pd
+import pytest
+from test_longctx import TINY, _fake_runner
+
+from fp8lab import audit, study
+from fp8lab import longctx as lc
+from fp8lab import prefix as px
+from fp8lab.errors import SpecError
+from fp8lab.longctx import study as s04
+from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.prefix import study as s07
+from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.specs import spec_hash
+
+
+# ------------------------------------------------------------------------------------------ the contract itself
+def test_every_registered_study_satisfies_the_contract():
+    assert set(study.STUDIES) == {"04_long_context_ramp_128k", "07_prefix_cache"}
+    for name in study.STUDIES:
+        mod = study.load(name)
+        assert study.missing(mod) == [] and study.check(mod) is mod
+        assert mod.NAME == name and (NOTEBOOKS_DIR / f"{name}.ipynb").is_file()
+        assert isinstance(mod, study.Study)  # the runtime-checkable Protocol: NAME, Spec, run
+
+
+def _study(drop: str = "") -> types.SimpleNamespace:
+    """A study with every member of the contract but ``drop`` (``"run"``, ``"Results.verdict"``, ...)."""
+    res_ns: dict = {m: (lambda self: None) for m in study.RESULTS_MEMBERS[1:]}
+    res_ns["spec"] = None
+    spec_ns: dict = {"from_params": classmethod(lambda cls, params: None)}
+    if drop.startswith("Results."):
+        del res_ns[drop.split(".")[1]]
+    if drop == "Spec.from_params":
+        del spec_ns["from_params"]
+    members = {
+        "NAME": "99_x",
+        "Spec": type("Spec", (), spec_ns),
+        "run": lambda spec, store=None: None,
+        "Results": type("Results", (), res_ns),
+    }
+    members.pop(drop, None)
+    return types.SimpleNamespace(**members)
+
+
+@pytest.mark.parametrize("member", [*study.STUDY_MEMBERS, *(f"Results.{m}" for m in study.RESULTS_MEMBERS)])
+def test_check_names_the_missing_member(member):
+    assert study.missing(_study()) == []
+    s = _study(drop=member)
+    assert study.missing(s) == [member]
+    with pytest.raises(study.ContractError, match=re.escape(f"missing {member}") + "$"):
+        study.check(s)
+
+
+def test_load_refuses_an_unregistered_study():
+    with pytest.raises(KeyError, match=re.escape("registered are 04_long_context_ramp_128k | 07_prefix_cache")):
+        study.load("08_nothing")
+
+
+def test_verdict_words_are_the_audits():
+    assert study.VERDICT_WORDS == get_args(study.VerdictWord) == audit.VERDICTS
+    # Study 07's claim words map as the audit reads them; "not measured" has no audit word: not testable here
+    assert {k: v for k, v in s07.VERDICT_WORDS.items() if k in audit.PREFIX_VERDICTS} == audit.PREFIX_VERDICTS
+    assert s07.VERDICT_WORDS["not measured"] == audit.NOT_TESTABLE
+    assert set(s07.VERDICT_WORDS.values()) <= set(audit.VERDICTS)
+    with pytest.raises(ValueError, match=re.escape("Verdict.verdict = 'supported': allowed confirmed | refuted")):
+        study.Verdict("16", "a claim", "supported", "a sentence")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Verdict.n = -1"):
+        study.Verdict("16", "a claim", "refuted", "a sentence", n=-1)
+
+
+def test_claim_ids_are_the_audits_or_the_studys_own():
+    ids = {c.id for c in audit.CLAIMS}
+    for cid, _ in s04.CLAIMS.values():
+        assert cid in ids or cid.startswith("04.")
+    assert {"12a", "28"} <= {cid for cid, _ in s04.CLAIMS.values()}
+    assert s07.CLAIM_ID in ids and "07" in next(c for c in audit.CLAIMS if c.id == s07.CLAIM_ID).studies
+    assert list(s04.CLAIMS) == ["oom", "gains_grow", "block256", "silent", "random_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("key", "label", "word"),
+    [
+        ("oom", "supported", "confirmed"),
+        ("oom", "not seen at this budget", "inconclusive"),
+        ("gains_grow", "not supported", "inconclusive"),  # not shown is not excluded: never refuted from a label
+        ("gains_grow", "partly: the fp8/auto ITL ratio falls with length, but ...", "inconclusive"),
+        ("block256", "256 fastest of [32, 256]", "inconclusive"),
+        ("block256", "not measured", "not testable here"),
+        ("silent", "divergence grows along the context", "confirmed"),
+        ("silent", "no growth along the context", "inconclusive"),
+        ("random_tokens", "quality: ...; speed: the same within noise", "inconclusive"),
+    ],
+)
+def test_study_04_labels_on_the_audits_scale(key, label, word):
+    assert s04.verdict_word(key, label) == word
+
+
+# ------------------------------------------------------------------------------------------ Spec.from_params
+MISSING = object()  # a parameter left out
+
+
+def _params(name: str) -> dict:
+    return resolved_parameters(NOTEBOOKS_DIR / f"{name}.ipynb", load_profile("cpu-tiny"))
+
+
+def test_study_07_spec_from_the_profile_is_the_spec_the_notebook_built():
+    p = _params(s07.NAME)
+    spec = s07.Spec.from_params(p)
+    # what notebook 07 built by hand before the contract: the same descriptor, so the same stored run
+    by_hand = px.PrefixSpec(
+        **{k.lower(): v for k, v in p.items() if k not in ("TP", "KV_CACHE_GIB")},
+        tensor_parallel_size=p["TP"],
+        kv_cache_gib=p["KV_CACHE_GIB"],
+    )
+    assert type(spec) is px.PrefixSpec and spec == by_hand
+    assert spec_hash(spec.descriptor()) == spec_hash(by_hand.descriptor())
+    assert spec.trials == p["TRIALS"] and spec.active == tuple(sorted(p["ACTIVE"]))
+    # a notebook's globals() hold lower-case names too: they never fill a field
+    assert s07.Spec.from_params({**p, "trials": 1, "model": "nowhere", "_": None, 1: 2}) == spec
+
+
+def test_study_04_spec_from_the_profile_is_the_plan_the_notebook_built():
+    p = _params(s04.NAME)
+    spec = s04.Spec.from_params(p)
+    assert type(spec) is lc.LongCtxPlan and spec == lc.LongCtxPlan.from_params(p)
+    assert spec.kv_dtypes == tuple(p["KV_DTYPES"]) and spec.max_context == p["MAX_CONTEXT"]
+
+
+@pytest.mark.parametrize(
+    ("name", "bad", "spec_name", "field"),
+    [
+        (s07.NAME, {"TRIALS": 1}, "PrefixSpec", "trials"),
+        (s07.NAME, {"KV_DTYPES": ["auto", "fp4"]}, "PrefixSpec", "kv_dtypes"),
+        (s07.NAME, {"WORKLOADS": [["chat", 0, 0, 96, 16, 1]]}, "Shape", "turns"),
+        (s04.NAME, {"OUTPUT_TOKENS": 1}, "LongCtxPlan", "output_tokens"),
+        (s04.NAME, {"KV_DTYPES": ["fp8", "auto"]}, "LongCtxPlan", "kv_dtypes"),
+        (s04.NAME, {"SEED": MISSING}, "LongCtxPlan", "SEED"),
+    ],
+)
+def test_a_bad_parameter_is_a_spec_error_naming_the_field(name, bad, spec_name, field, monkeypatch):
+    from fp8lab import results
+
+    def no_engine(*a, **k):
+        raise AssertionError("an engine was asked for")
+
+    monkeypatch.setattr(results, "run_cached", no_engine)
+    p = {k: v for k, v in (_params(name) | bad).items() if v is not MISSING}
+    mod = study.load(name)
+    with pytest.raises(SpecError) as e:
+        mod.Spec.from_params(p)
+    assert (e.value.spec, e.value.field) == (spec_name, field)
+
+
+# ------------------------------------------------------------------------------------------ Study 07's results
+def _store_07(root, fp8_ok: bool = True) -> px.PrefixSpec:
+    """A complete Study 07 run in the store ``root``, rows from the block-pool replay (fp8: twice auto's blocks),
+    as :func:`fp8lab.prefix.run.run_prefix` leaves it: the run loads without an engine."""
+    spec = px.PrefixSpec(
+        model=TINY,
+        workloads=[["chat", 0, 0, 96, 16, 3]],
+        active=[2, 8],
+        trials=2,
+        kv_cache_gib=0.005859375,
+        block_size=32,
+        max_model_len=1024,
+        correctness_prompts=0,
+    )
+    rd = root / px.STUDY / spec_hash(spec.descriptor())
+    rd.mkdir(parents=True)
+    (rd / "spec.json").write_text(json.dumps(spec.descriptor(), default=str))
+    blocks = {"auto": 64, "fp8": 128}
+    engines = {d: {"status": "ok", "num_blocks": blocks[d], "block_size": 32} for d in blocks}
+    if not fp8_ok:
+        engines["fp8"] = {"status": "unsupported", "error": "NotImplementedError: no FP8 KV on this CPU"}
+    (rd / "engines.json").write_text(json.dumps({"provenance": {"device": "cpu"}, "engines": engines}))
+    rows = []
+    for d in [d for d in blocks if engines[d]["status"] == "ok"]:
+        for n in (2, 8):
+            for t in range(2):
+                for turn, r in enumerate(px.simulate(spec.workloads[0], n, blocks[d], 32, 4)):
+                    rows.append(
+                        {
+                            "workload": "chat",
+                            "n_active": n,
+                            "trial": t,
+                            "kv_dtype": d,
+                            **r,
+                            "prompt_tokens": r["queries"],
+                            "cached_tokens": r["hits"],
+                            "requests": n,
+                            "ttft_mean_s": 0.01 * (turn + 1) * (1 + t),
+                            "wall_s": 1.0,
+                            "output_tokens": 16 * n,
+                            "preemptions": 0,
+                            "kv_usage_max": 0.9,
+                        }
+                    )
+    (rd / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (rd / "complete.json").write_text("{}")
+    return spec
+
+
+def test_study_07_results_from_a_stored_run(tmp_path, monkeypatch):
+    from fp8lab import results
+
+    monkeypatch.setenv(results.STORE_ONLY_ENV, "1")  # never start a worker: what is not in the store is an error
+    spec = _store_07(tmp_path)
+    res = s07.run(spec, store=tmp_path)
+    assert res.spec == spec and res.run.run_dir.parent.parent == tmp_path and res.run.complete
+    t = res.tables()
+    assert list(t) == ["predicted", "cells", "sweep", "knees", "correctness", "engines"]
+    assert all(isinstance(v, pd.DataFrame) for v in t.values())
+    assert list(t["engines"].kv_dtype) == ["auto", "fp8"] and list(t["engines"].num_blocks) == [64, 128]
+    assert set(t["sweep"].n_active) == {2, 8}
+    s = res.summary()
+    assert json.dumps(s, sort_keys=True, default=str) == json.dumps(px.summary(res.run), sort_keys=True, default=str)
+    assert s["engines_status"] == {"auto": "ok", "fp8": "ok"}
+    gain = s["chat.gain"]  # at N=8 fp8's twice the blocks keep hits auto loses: the claim "unchanged" is refuted
+    assert gain["n_active"] == 8 and gain["dhit_pp"] > 1
+    assert s["claim_verdict"] == "refuted"
+    (v,) = res.verdict()
+    assert isinstance(v, study.Verdict)
+    assert (v.claim_id, v.verdict, v.n) == ("16", "refuted", 2) and v.claim == px.CLAIM["text"]
+    assert v.sentence.startswith(f"Claim '{px.CLAIM['text']}': refuted on this setting (a CPU analogue")
+    assert v.detectable == f"+-{s['dhit_min_detectable_pp']:.2f} pp of hit rate (median 95% CI half-width)"
+    assert res.markdown() == "\n".join(f"- {line}" for line in px.verdict(s))
+
+
+def test_study_07_verdict_without_fp8_is_not_testable(tmp_path):
+    spec = _store_07(tmp_path, fp8_ok=False)
+    run = px.load(tmp_path / px.STUDY / spec_hash(spec.descriptor()))
+    (v,) = s07.Results(run, spec).verdict()
+    assert (v.verdict, v.n, v.detectable) == ("not testable here", None, None)
+    assert v.sentence.startswith(f"Claim '{px.CLAIM['text']}': not measured on this setting")
+
+
+# ------------------------------------------------------------------------------------------ Study 04's results
+@pytest.fixture(scope="module")
+def fake_04(tmp_path_factory):
+    plan = lc.LongCtxPlan(
+        model=TINY,
+        lengths=lc.length_grid("geometric", 512, 8192, 32),
+        output_tokens=32,
+        concurrency=2,
+        kv_cache_gib=0.03,
+        block_size=128,
+        random_token_lengths=(8160,),
+        sweep_block_sizes=(16, 256),
+        sweep_dtypes=("auto", "fp8"),
+        sweep_lengths=(8160,),
+        quality_model=TINY,
+        quality_length=600,
+        passkey_lengths=(256,),
+        passkey_depths=(0.5,),
+    )
+    runner, _ = _fake_runner(plan)
+    store, seen = tmp_path_factory.mktemp("store04"), []
+
+    def recording(*a, **k):  # where run_cached would store this engine's run
+        seen.append(os.environ.get("FP8LAB_RUNS"))
+        return runner(*a, **k)
+
+    before = os.environ.get("FP8LAB_RUNS")
+    res = s04.run(plan, store=store, runner=recording, progress=False)
+    assert os.environ.get("FP8LAB_RUNS") == before  # restored after the run
+    return plan, res, store, seen
+
+
+def test_study_04_run_stores_in_the_store_given(fake_04):
+    plan, res, store, seen = fake_04
+    assert res.spec is plan and len(seen) == len(res.run.runs) == 8 and set(seen) == {str(store)}
+
+
+def test_study_04_results_tables_summary_verdict(fake_04):
+    plan, res, _, _ = fake_04
+    t = res.tables()
+    assert list(t) == ["engines", *(f.name for f in dataclasses.fields(lc.Tables))]
+    assert all(isinstance(v, pd.DataFrame) for v in t.values()) and t["engines"] is res.run.engines
+    assert t["boundary"].set_index("kv_dtype").loc["fp8", "longest_measured"] == 20736
+    lt = lc.tables(res.run)
+    s = res.summary()
+    assert json.dumps(s, sort_keys=True, default=str) == json.dumps(
+        lc.summary_values(res.run, lt, lc.claims(res.run, lt)), sort_keys=True, default=str
+    )
+    assert s["auto.longest_measured"] == 10240 and s["claim.gains_grow"] == "supported"
+    v = {x.claim_id: x for x in res.verdict()}
+    assert list(v) == ["04.oom", "04.gains_grow", "12a", "04.silent", "28"]
+    assert all(isinstance(x, study.Verdict) and x.verdict in study.VERDICT_WORDS for x in v.values())
+    assert v["04.gains_grow"].verdict == "confirmed" and v["04.gains_grow"].n == len(plan.lengths)
+    assert v["04.gains_grow"].detectable.endswith("of the ITL median at the longest length (95% CI half-width)")
+    # the sweep ran 128 (the ramp's) and 256 at the longest length (16 rejected): 256 is no faster, undecided
+    assert (v["12a"].verdict, v["12a"].n) == ("inconclusive", 2)
+    assert (v["04.oom"].n, v["04.oom"].detectable) == (2, "one KV block (128 tokens)")
+    assert v["04.silent"].n == 599  # one real-text document of 600 tokens, positions 1..599, one candidate dtype
+    assert v["04.oom"].sentence.startswith('"bf16 runs out of memory where fp8 keeps going": ')
+    assert "fp8lab-tiny-qwen3, 0.03 GiB of KV, block size 128, prompts up to 8,160 tokens" in v["04.oom"].sentence
+    assert res.markdown() == lc.verdict_markdown(res.run, lt)
