@@ -388,7 +388,7 @@ FORKSERVER_ENV = "FP8LAB_FORKSERVER"
 def share_forkserver() -> str | None:
     """On a CPU: start this process's engine forkserver now (it imports vLLM in the background) and publish it in
     ``$FP8LAB_FORKSERVER``, so the notebook kernels this process starts fork their engine workers from it: vLLM is
-    imported once per job instead of once per notebook (about 7 s of each notebook's first engine start on 2 cores).
+    imported once per job instead of once per notebook (several seconds of each notebook's first engine start on 2 cores).
     A worker takes its caller's environment (:func:`_in_environment`), and an engine worker dies with its caller as
     before (:func:`caller_pid`). Returns the address, or None where workers are spawned (a GPU,
     ``$FP8LAB_VLLM_PROCESSES``)."""
