@@ -361,9 +361,11 @@ def run_cached(
     rd = run_dir_for(study, desc, root)
     if not force and _final(rd):  # a stored run is loaded wherever it was measured
         return load(rd, spec)
-    if store_only() and not (rd / "engine.json").exists():  # a re-render: the same run under another vLLM/code
-        kept = stored_elsewhere(rd, desc, done=_final)
-        if kept is not None and _final(kept):
+    if store_only():  # a re-render shows what the store holds, a failure as it was, before asking this device
+        if (rd / "engine.json").exists():
+            return load(rd, spec)
+        kept = stored_elsewhere(rd, desc, done=_final)  # the same run under another vLLM, torch or engine code
+        if kept is not None:
             return load(kept, spec)
     from fp8lab.capability import unsupported_result
 

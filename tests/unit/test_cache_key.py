@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fp8lab import devices, results
+from fp8lab import capability, devices, results
 from fp8lab.engine import EngineResult
 from fp8lab.specs import EngineSpec, Request, SpecError, spec_hash
 
@@ -179,8 +179,16 @@ def test_store_only_shows_a_failure_stored_under_another_version_as_it_was(tmp_p
     results.save(failed, rd, desc)
     _versions(monkeypatch, "0.32.0", "2.10.0")
     monkeypatch.setenv(results.STORE_ONLY_ENV, "1")
+    # re-rendered where the FP8 kernel is missing (an AVX2 CPU): the store is read before the device is asked
+    monkeypatch.setenv(capability.NATIVE_FP8_ENV, "0")
     got = results.run_cached(spec, REQS, study="s", root=tmp_path)
     assert (got.status, got.error, got.run_dir) == ("error", "ValueError: q dtype e5m2", rd)
+    desc_now = results.run_descriptor(spec, results._as_phases(REQS), "llm", 0.25)
+    results.save(failed, results.run_dir_for("s", desc_now, tmp_path), desc_now)
+    got = results.run_cached(spec, REQS, study="s", root=tmp_path)  # stored under this very key: the same
+    assert (got.status, got.error) == ("error", "ValueError: q dtype e5m2")
+    monkeypatch.delenv(results.STORE_ONLY_ENV)  # a normal run on that device: not started, and says why
+    assert results.run_cached(spec, REQS, study="s", root=tmp_path).status == "unsupported"
 
 
 def test_store_only_prefix_run_of_an_old_descriptor_loads(tmp_path, monkeypatch, tiny_model):
