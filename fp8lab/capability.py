@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.paths import store_only
+
 #: The switch that forces "no native FP8 KV kernel" (read here only).
 NATIVE_FP8_ENV = "FP8LAB_NATIVE_FP8"
 
@@ -239,7 +241,14 @@ def support_for(kv_cache_dtype: str, device: Device, head_dim: int | None = None
 
 def kv_support(kv_cache_dtype: str, model: str | None = None) -> KVSupport:
     """Whether ``kv_cache_dtype`` runs natively on this device with the installed vLLM (for ``model``'s head_dim;
-    a model whose checkpoint carries FP8 KV scales runs an FP8 cache whatever the dtype asked)."""
+    a model whose checkpoint carries FP8 KV scales runs an FP8 cache whatever the dtype asked).
+
+    While reports re-render from a results store (:func:`fp8lab.paths.store_only`) no engine starts here, so what
+    this device runs does not matter: every dtype is answered as native, and each study reads the runs the
+    measuring device stored (an H200's fp8 runs re-render on an AVX2 laptop, not as a reduced or emulated study).
+    ``FP8LAB_NATIVE_FP8=0`` still switches the kernel off."""
+    if store_only() and not forced_off():
+        return KVSupport(kv_cache_dtype, True, None, "the results store (a re-render: no engine starts here)")
     if kv_cache_dtype in ("auto", "bfloat16", "float16") and has_kv_scheme(model):
         sup = support_for("fp8", detect(), head_dim_of(model))
         return KVSupport(

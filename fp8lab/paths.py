@@ -21,3 +21,14 @@ TINY_MODEL_DIR = MODELS_DIR / TINY_MODEL_NAME
 def runs_dir() -> Path:
     """Root of the results store (``$FP8LAB_RUNS`` or ``<repo>/runs``)."""
     return Path(os.environ.get("FP8LAB_RUNS", REPO_ROOT / "runs"))
+
+
+#: When set (to anything), :func:`fp8lab.results.run_cached` loads stored runs only and answers a missing one with
+#: an ``error`` result instead of starting an engine (re-rendering reports from committed stores on another
+#: machine); :func:`fp8lab.capability.kv_support` then answers for the store, not for this device.
+STORE_ONLY_ENV = "FP8LAB_STORE_ONLY"
+
+
+def store_only() -> bool:
+    """True while re-rendering reports from committed stores (``$FP8LAB_STORE_ONLY``): nothing may start an engine."""
+    return bool(os.environ.get(STORE_ONLY_ENV))

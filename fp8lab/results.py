@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab.engine import Driver, EngineResult, run_engine
-from fp8lab.paths import runs_dir
+from fp8lab.paths import STORE_ONLY_ENV, runs_dir, store_only
 from fp8lab.specs import EngineSpec, Phase, Request, spec_hash
 
 FINAL_STATUSES = ("ok", "oom", "unsupported", "invalid")
@@ -187,15 +187,7 @@ def _final(run_dir: Path) -> bool:
 #: Set by ``fp8lab run`` for each notebook: a file to which every engine run the notebook loads or runs appends
 #: one JSON line (its folder and provenance), so the report says on what device and vLLM the runs it shows ran.
 RUNS_LOG_ENV = "FP8LAB_RUNS_LOG"
-#: When set (to anything), :func:`run_cached` loads stored runs only and answers a missing one with an ``error``
-#: result instead of starting an engine (re-rendering reports from committed stores on another machine).
-STORE_ONLY_ENV = "FP8LAB_STORE_ONLY"
 PROVENANCE_KEYS = ("device", "vllm", "torch", "driver", "date_utc", "fp8lab_commit")
-
-
-def store_only() -> bool:
-    """True while re-rendering reports from committed stores (``$FP8LAB_STORE_ONLY``): nothing may start an engine."""
-    return bool(os.environ.get(STORE_ONLY_ENV))
 
 
 #: Descriptor keys that name with what a run was measured (:func:`run_versions`) rather than what was measured:

@@ -118,3 +118,28 @@ def test_longctx_without_the_kernel_emulates_only_the_quality_phases(forced_off,
     s = lc.summary_values(res, t)
     assert s["emulated"] == ["fp8 (emulated)"] and "FP8LAB_NATIVE_FP8=0" in s["not_measured"]
     assert "Divergence and passkey only" in lc.verdict_markdown(res, t)
+
+
+def test_a_rerender_from_the_store_is_neither_reduced_nor_emulated(monkeypatch, tmp_path):
+    """Re-rendering reports from a results store starts no engine, so this device's kernel does not decide what a
+    study shows: an H200's fp8 runs re-render in full on an AVX2 CPU (it used to reduce Studies 01 and 06 to their
+    not-measured cell and look for emulated runs in 02-04). Without the store switch the same model is refused."""
+    from fp8lab import capability
+    from fp8lab.paths import STORE_ONLY_ENV
+
+    monkeypatch.delenv(NATIVE_FP8_ENV, raising=False)
+    monkeypatch.delenv(STORE_ONLY_ENV, raising=False)
+    model = tmp_path / "head80"  # head_dim 80: no CPU runs an FP8 cache for it, whatever its ISA
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 2560, "num_attention_heads": 32, "num_key_value_heads": 32}')
+    params = {**PARAMS, "MODEL": str(model)}
+    if capability.detect().platform != "cpu":
+        pytest.skip("a CPU rule: a GPU with the kernel runs head_dim 80")
+    assert not capability.kv_support("fp8", str(model)).native and degrade.gate(NB01, params) is not None
+    monkeypatch.setenv(STORE_ONLY_ENV, "1")
+    sup = capability.kv_support("fp8", str(model))
+    assert sup.native and not sup.emulated and "results store" in sup.backend
+    assert degrade.gate(NB01, params) is None and degrade.notebook_for(NB01, params, tmp_path) == NB01
+    assert capability.unsupported_result(EngineSpec(model=str(TINY_MODEL_DIR), kv_cache_dtype="fp8")) is None
+    monkeypatch.setenv(NATIVE_FP8_ENV, "0")  # the explicit switch still wins: a deliberately reduced re-render
+    assert degrade.gate(NB01, params) is not None
