@@ -32,8 +32,9 @@ class CapacityRun:
     def device(self) -> str | None:
         """The device the measured engines ran on (their provenance), None when none ran."""
         for r in self.check_results:
-            if r is not None and (r.provenance or {}).get("device"):
-                return str(r.provenance["device"])
+            device = (getattr(r, "provenance", None) or {}).get("device")
+            if device:
+                return str(device)
         return None
 
 

@@ -67,7 +67,10 @@ def test_check_names_the_missing_member(member):
 
 
 def test_load_refuses_an_unregistered_study():
-    with pytest.raises(KeyError, match=re.escape("registered are 00_kv_memory_estimation | 04_long_context_ramp_128k | 07_prefix_cache")):
+    with pytest.raises(
+        KeyError,
+        match=re.escape("registered are 00_kv_memory_estimation | 04_long_context_ramp_128k | 07_prefix_cache"),
+    ):
         study.load("08_nothing")
 
 
