@@ -73,8 +73,16 @@ class Results:
         return summary_rows(self.run, self._tables)
 
     def verdict(self) -> tuple[Verdict, ...]:
-        """:func:`fp8lab.capacity.verdict.verdicts` of the summary."""
-        return verdicts(self._summary)
+        """:func:`fp8lab.capacity.verdict.verdicts` of the summary; an engine measured here that the engines on
+        record hold too (``ENGINE_RECORDS`` naming the store it was measured into) counts once."""
+        rec = self.run.records
+        on_record = set(rec.run) if rec is not None else set()
+        dup = sum(
+            1
+            for r in self.run.check_results
+            if getattr(r, "status", None) == "ok" and getattr(r, "run_dir", None) and Path(r.run_dir).name in on_record
+        )
+        return verdicts(self._summary, dup)
 
     def markdown(self) -> str:
         """:func:`fp8lab.capacity.verdict.verdict_markdown`: the bullets the notebook shows."""

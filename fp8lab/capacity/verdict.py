@@ -83,26 +83,28 @@ def verdict_markdown(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _engines(s: dict[str, Any]) -> tuple[int, int, float | None]:
-    """``(compared, exact, max |rel error|)`` over the engines measured here and the engines on record."""
+def _engines(s: dict[str, Any], duplicates: int = 0) -> tuple[int, int, float | None]:
+    """``(compared, exact, max |rel error|)`` over the engines measured here and the engines on record, less
+    ``duplicates`` (engines measured here that the records hold too: each counted once)."""
     m = [v for v in (s.get("measured") or {}).values() if v.get("status") == "ok" and v.get("rel_error") is not None]
     rec = s.get("records") or {}
-    compared = len(m) + int(rec.get("compared") or 0)
-    exact = sum(1 for v in m if float(v["rel_error"]) == 0.0) + int(rec.get("exact") or 0)
+    compared = len(m) + int(rec.get("compared") or 0) - duplicates
+    exact = sum(1 for v in m if float(v["rel_error"]) == 0.0) + int(rec.get("exact") or 0) - duplicates
     errs = [abs(float(v["rel_error"])) for v in m] + (
         [float(rec["max_abs_rel_error"])] if rec.get("max_abs_rel_error") is not None else []
     )
     return compared, exact, (max(errs) if errs else None)
 
 
-def verdicts(s: dict[str, Any]) -> tuple[Verdict, ...]:
+def verdicts(s: dict[str, Any], duplicates: int = 0) -> tuple[Verdict, ...]:
     """The claims of :data:`CLAIMS` on a :func:`~fp8lab.capacity.summary.summarize` dict.
 
     ``3a`` (FP8 halves the KV cache): each FP8 dtype's bytes per token against a 16-bit first dtype on every config
     (``n`` the configs): confirmed when every ratio is exactly 0.5 and every engine measured here holds twice the
     first dtype's blocks to one block, refuted otherwise; not testable here without an FP8 dtype after a 16-bit one.
     ``00.formula``: the engines measured here and on record (``n``): confirmed when the formula gave every block
-    count exactly, refuted when it missed one, not testable here when no engine was compared."""
+    count exactly, refuted when it missed one, not testable here when no engine was compared. ``duplicates``: the
+    engines measured here that the engines on record hold too (the store they were measured into), counted once."""
     dts = s["kv_dtypes"]
     first, fp8 = dts[0], [d for d in dts[1:] if d.startswith("fp8")]
     cfgs = s["configs_bytes_per_token"]
@@ -142,7 +144,7 @@ def verdicts(s: dict[str, Any]) -> tuple[Verdict, ...]:
         )
         out.append(Verdict(cid, text, word, sentence, n=len(cfgs), detectable="exact (arithmetic; engines: one block)"))
     cid, text = CLAIMS["formula"]
-    compared, exact, worst = _engines(s)
+    compared, exact, worst = _engines(s, duplicates)
     if not compared:
         out.append(Verdict(cid, text, "not testable here", f'"{text}": no engine was compared (MEASURE = False).'))
     else:

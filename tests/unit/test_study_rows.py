@@ -260,3 +260,15 @@ def test_study_07_rows_from_the_h200_store(h200_store):
         assert st.one(rows, metric="prefix_knee_predicted", **at)["value"] == k["knee_simulated"]
         assert st.one(rows, metric="prefix_knee_measured", **at)["value"] == k["measured_last_held"]
     assert st.one(rows, metric="prefix_knee_predicted", kv_dtype="auto", subset="chat")["value"] == 34
+
+
+def test_study_00_counts_an_engine_on_record_once(h200_00):
+    """Engines measured here into the store that ENGINE_RECORDS names are on record too: counted once."""
+    from fp8lab.capacity.verdict import verdicts
+
+    s = h200_00.summary()
+    ok = {"status": "ok", "rel_error": 0.0, "engine_blocks": 2730, "predicted_blocks": 2730}
+    measured = {**s, "measured": {"auto": ok, "fp8": {**ok, "engine_blocks": 5461, "predicted_blocks": 5461}}}
+    assert verdicts(measured)[1].n == 29 + 2
+    assert verdicts(measured, duplicates=2)[1].n == 29
+    assert "block count of 29 engines exactly" in verdicts(measured, duplicates=2)[1].sentence
