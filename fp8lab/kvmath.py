@@ -29,387 +29,38 @@ Sources of the formulas
   ``head_size_v=0``, which is exactly how :class:`KVLayout` stores it.
 
 See also ``/work/shared/vllm-notes.md`` section 3 (how vLLM sizes the cache).
+
+Where the names live (issue 16 split this module along a clean line; every name is still ``kvmath.<name>``):
+:mod:`fp8lab.kvlayout` reads a config into a :class:`KVLayout` (re-exported here), :mod:`fp8lab.kvweights`
+estimates the weights (re-exported here); this module is the arithmetic on a layout.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Literal, TypeGuard, get_args, overload
+from collections.abc import Iterable
+from typing import Any, get_args
 
+from fp8lab.kvlayout import (
+    GIB,
+    KV_DTYPE_BYTES,
+    MAX_LEN_KEYS,
+    TORCH_DTYPE_BYTES,
+    AttentionKind,
+    KVLayout,
+    LayoutLike,
+    _is_int,
+    _need_int,
+    _norm_dtype,
+    config_path,
+    layout_from_config,
+    load_config,
+    load_layout,
+    model_max_len,
+    text_config,
+)
+from fp8lab.kvweights import WEIGHT_DTYPE_BYTES, estimate_param_bytes, estimate_param_count
 from fp8lab.specs import KVDtype, SpecError
-
-GIB = 1 << 30
-"""Bytes in one GiB."""
-
-AttentionKind = Literal["full", "sliding", "mla"]
-
-#: Bytes per element of the model dtype names found in ``torch_dtype`` / ``dtype``.
-TORCH_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
-    {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
-)
-#: Bytes per element of each explicit ``kv_cache_dtype`` (``auto`` is resolved from the model dtype).
-KV_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
-    {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
-)
-#: Weight dtypes accepted by :func:`estimate_param_bytes` (``fp8`` = 1 byte per weight, scales ignored).
-WEIGHT_DTYPE_BYTES: Mapping[str, int] = MappingProxyType({"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1})
-
-
-def _fail(field_name: str, value: Any, allowed: str, spec: str = "config") -> SpecError:
-    return SpecError(spec, field_name, value, allowed)
-
-
-def _is_int(v: Any) -> TypeGuard[int]:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _need_int(value: Any, field_name: str, lo: int = 1, spec: str = "kvmath") -> int:
-    if not _is_int(value) or value < lo:
-        raise _fail(field_name, value, f"an integer >= {lo}", spec)
-    return value
-
-
-# --------------------------------------------------------------------------------------------------
-# The layout
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KVLayout:
-    """What the KV cache of one model looks like, read from its ``config.json``.
-
-    ``layer_kinds[i]`` is the attention kind of decoder layer ``i``: ``"full"`` (caches every token),
-    ``"sliding"`` (caches the last ``sliding_window`` tokens) or ``"mla"`` (DeepSeek latent).
-    ``num_kv_heads`` K/V heads of ``head_dim`` (K) and ``v_head_dim`` (V) values are cached per layer and
-    token. For MLA layouts ``num_kv_heads = 1``, ``head_dim = kv_lora_rank + qk_rope_head_dim`` and
-    ``v_head_dim = 0`` (one latent vector per token and layer, as vLLM's ``MLAAttentionSpec``).
-    ``torch_dtype`` is the checkpoint dtype (``None`` when the config does not say); ``config`` keeps the
-    (text) config the layout was read from, for :func:`estimate_param_count`.
-    """
-
-    name: str
-    model_type: str
-    num_layers: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    v_head_dim: int
-    torch_dtype: str | None
-    layer_kinds: tuple[str, ...]
-    sliding_window: int | None = None
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    max_position_embeddings: int | None = None
-    config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "layer_kinds", tuple(self.layer_kinds))
-        object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
-        for name in ("num_layers", "num_attention_heads", "num_kv_heads", "head_dim"):
-            _need_int(getattr(self, name), name, 1, "KVLayout")
-        _need_int(self.v_head_dim, "v_head_dim", 0, "KVLayout")
-        if len(self.layer_kinds) != self.num_layers:
-            raise _fail("layer_kinds", self.layer_kinds, f"one kind per layer ({self.num_layers})", "KVLayout")
-        bad = sorted(set(self.layer_kinds) - set(get_args(AttentionKind)))
-        if bad:
-            raise _fail("layer_kinds", bad[0], "allowed: " + " | ".join(get_args(AttentionKind)), "KVLayout")
-        if "sliding" in self.layer_kinds:
-            _need_int(self.sliding_window, "sliding_window", 1, "KVLayout")
-        if "mla" in self.layer_kinds:
-            _need_int(self.kv_lora_rank, "kv_lora_rank", 1, "KVLayout")
-            _need_int(self.qk_rope_head_dim, "qk_rope_head_dim", 0, "KVLayout")
-        if self.torch_dtype is not None and self.torch_dtype not in TORCH_DTYPE_BYTES:
-            raise _fail("torch_dtype", self.torch_dtype, "allowed: " + " | ".join(TORCH_DTYPE_BYTES), "KVLayout")
-
-    @property
-    def is_mla(self) -> bool:
-        return "mla" in self.layer_kinds
-
-    @property
-    def kind_counts(self) -> dict[str, int]:
-        """Number of layers of each attention kind, e.g. ``{"sliding": 21, "full": 21}``."""
-        out: dict[str, int] = {}
-        for k in self.layer_kinds:
-            out[k] = out.get(k, 0) + 1
-        return out
-
-    @property
-    def attention_summary(self) -> str:
-        """Readable layer mix, e.g. ``"36 full"`` or ``"21 sliding(4096) + 21 full"``."""
-        parts = []
-        for kind, n in self.kind_counts.items():
-            parts.append(f"{n} sliding({self.sliding_window})" if kind == "sliding" else f"{n} {kind}")
-        return " + ".join(parts)
-
-
-LayoutLike = KVLayout | Mapping[str, Any] | str | Path
-
-
-# --------------------------------------------------------------------------------------------------
-# Reading a config
-# --------------------------------------------------------------------------------------------------
-
-
-def config_path(src: str | Path) -> Path:
-    """The ``config.json`` that ``src`` names: the file itself, or ``<folder>/config.json``.
-
-    A relative path that does not exist is also tried under the repository's ``data/configs/`` (so
-    ``"qwen3-8b"`` finds ``data/configs/qwen3-8b/config.json``).
-    """
-    from fp8lab.paths import CONFIGS_DIR, REPO_ROOT
-
-    p = Path(src).expanduser()
-    candidates = [p]
-    if not p.is_absolute():
-        candidates += [REPO_ROOT / p, CONFIGS_DIR / p]
-    for cand in candidates:
-        if cand.is_file():
-            return cand
-        if cand.is_dir():
-            if (cand / "config.json").is_file():
-                return cand / "config.json"
-            raise _fail("path", str(src), "a config.json file or a folder holding one (this folder has none)")
-    raise _fail("path", str(src), "a config.json file or a model folder holding one (nothing found there)")
-
-
-def load_config(src: Mapping[str, Any] | str | Path) -> dict[str, Any]:
-    """The config dict of ``src`` (a dict, a ``config.json`` path, or a model folder), as written."""
-    if isinstance(src, Mapping):
-        return dict(src)
-    path = config_path(src)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise _fail("path", str(path), f"valid JSON (line {err.lineno}: {err.msg})") from None
-    except UnicodeDecodeError as err:
-        raise _fail(
-            "path", str(path), f"a UTF-8 text file (byte {err.start} is {err.object[err.start]:#04x})"
-        ) from None
-    if not isinstance(cfg, dict):
-        raise _fail("path", str(path), "a JSON object at the top level")
-    return cfg
-
-
-def text_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The language-model part of a config: ``text_config`` (multimodal models such as Gemma-3,
-    Llava, Qwen2-VL-style nests) when present, with the top-level dtype/tying filled in; else ``cfg``."""
-    inner = cfg.get("text_config")
-    if not isinstance(inner, Mapping):
-        return dict(cfg)
-    merged = dict(inner)
-    for key in ("torch_dtype", "dtype", "tie_word_embeddings"):
-        if merged.get(key) is None and cfg.get(key) is not None:
-            merged[key] = cfg[key]
-    return merged
-
-
-def _first(c: Mapping[str, Any], *keys: str) -> Any:
-    for k in keys:
-        if c.get(k) is not None:
-            return c[k]
-    return None
-
-
-@overload
-def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: Literal[True] = True) -> int: ...
-@overload
-def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: bool) -> int | None: ...
-def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: bool = True) -> int | None:
-    v = _first(c, *keys)
-    if v is None and not required:
-        return None
-    if not _is_int(v) or v < 1:
-        raise _fail(keys[0], v, f"a positive integer ({what})")
-    return v
-
-
-def _norm_dtype(v: Any) -> str | None:
-    if v is None:
-        return None
-    s = str(v).removeprefix("torch.")
-    if s not in TORCH_DTYPE_BYTES:
-        raise _fail("torch_dtype", v, "allowed: " + " | ".join(TORCH_DTYPE_BYTES) + " (or absent)")
-    return s
-
-
-def _layer_kinds(c: Mapping[str, Any], n: int, model_type: str) -> tuple[tuple[str, ...], int | None]:
-    """Per-layer attention kind and the sliding window, following the rules of transformers' configs:
-
-    1. ``layer_types`` (Gemma-2/3, Qwen3 and newer configs): ``"full_attention"`` | ``"sliding_attention"``.
-    2. ``use_sliding_window: false`` (Qwen2/2.5/3): no sliding window whatever ``sliding_window`` says.
-    3. ``use_sliding_window: true`` + ``max_window_layers`` (Qwen): layers ``i >= max_window_layers`` slide.
-    4. ``sliding_window_pattern`` P (Gemma-3, Cohere2): layer ``i`` is full iff ``(i + 1) % P == 0``.
-    5. ``model_type == "gemma2"``: even layers slide, odd layers are full.
-    6. Any other ``sliding_window`` (Mistral-7B-v0.1): every layer slides.
-    """
-    window = c.get("sliding_window")
-    if window == 0:  # vLLM reads sliding_window=0 as "disabled" (config/model.py)
-        window = None
-    if window is not None and (not _is_int(window) or window < 1):
-        raise _fail("sliding_window", window, "a positive integer or null")
-    layer_types = c.get("layer_types")
-    if layer_types is not None:
-        allowed = {"full_attention": "full", "sliding_attention": "sliding"}
-        if not isinstance(layer_types, list) or len(layer_types) != n:
-            raise _fail("layer_types", layer_types, f"a list of {n} entries (one per layer)")
-        for t in layer_types:
-            if t not in allowed:
-                raise _fail(
-                    "layer_types", t, "allowed: " + " | ".join(allowed) + " (other layer kinds are not modelled)"
-                )
-        kinds = tuple(allowed[t] for t in layer_types)
-        if "sliding" in kinds and window is None:
-            raise _fail("sliding_window", None, "a positive integer (layer_types has sliding_attention layers)")
-        return kinds, (window if "sliding" in kinds else None)
-    if window is None or c.get("use_sliding_window") is False:
-        return ("full",) * n, None
-    if c.get("use_sliding_window") is True:
-        mwl = c.get("max_window_layers", n)
-        if not _is_int(mwl) or mwl < 0:
-            raise _fail("max_window_layers", mwl, "an integer >= 0 (layers below it use full attention)")
-        kinds = tuple("sliding" if i >= mwl else "full" for i in range(n))
-    else:
-        pattern = c.get("sliding_window_pattern")
-        if pattern is None and model_type.startswith("gemma3"):
-            pattern = 6  # transformers' Gemma3TextConfig default
-        if pattern is not None:
-            if not _is_int(pattern) or pattern < 1:
-                raise _fail("sliding_window_pattern", pattern, "a positive integer")
-            kinds = tuple("full" if (i + 1) % pattern == 0 else "sliding" for i in range(n))
-        elif model_type == "gemma2":
-            kinds = tuple("sliding" if i % 2 == 0 else "full" for i in range(n))
-        else:
-            kinds = ("sliding",) * n
-    return kinds, (window if "sliding" in kinds else None)
-
-
-#: Config keys that bound a model's sequence length, as vLLM reads them (``derive_max_model_len_and_key``
-#: in vllm/transformers_utils/model_arch_config_convertor.py, 0.32.0): the smallest one present wins.
-MAX_LEN_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_target_positions",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
-#: RoPE types whose ``factor`` vLLM does not apply again (their ``max_position_embeddings`` is already scaled).
-_ROPE_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
-
-
-def model_max_len(config: Mapping[str, Any] | str | Path) -> tuple[int | None, str | None]:
-    """``(limit, source)``: the longest sequence (tokens) the model's config allows, derived as vLLM 0.32
-    does (``_get_and_verify_max_len`` in vllm/config/model.py): the smallest of :data:`MAX_LEN_KEYS`
-    (``model_max_length`` taking precedence), times the RoPE scaling ``factor`` unless the RoPE type is
-    one whose positions are already scaled (YaRN, llama3, longrope) or the model is a Gemma 3.
-    ``(None, None)`` when the config names no length (vLLM then assumes 2048 or takes the user's)."""
-    cfg = load_config(config)
-    c = text_config(cfg)
-    best: int | None = None
-    key: str | None = None
-    for k in MAX_LEN_KEYS:
-        v = c.get(k)
-        if _is_int(v) and v > 0 and (best is None or v < best):
-            best, key = v, k
-    if _is_int(c.get("model_max_length")) and c["model_max_length"] > 0:
-        best, key = c["model_max_length"], "model_max_length"
-    if best is None:
-        return None, None
-    model_type = str(c.get("model_type") or cfg.get("model_type") or "")
-    rope = c.get("rope_scaling") or c.get("rope_parameters")
-    if isinstance(rope, Mapping) and rope and all(isinstance(v, Mapping) for v in rope.values()):
-        rope = next(iter(rope.values()))  # per-layer-type RoPE parameters (transformers 5): the same factor
-    if isinstance(rope, Mapping) and "gemma3" not in model_type:
-        rtype, factor = rope.get("rope_type") or rope.get("type"), rope.get("factor")
-        if rtype not in _ROPE_PRESCALED and isinstance(factor, (int, float)) and factor > 0 and factor != 1:
-            return int(best * factor), f"{key} = {best:,} x rope_scaling.factor {factor:g}"
-    return int(best), f"{key} = {best:,}"
-
-
-def layout_from_config(cfg: Mapping[str, Any], name: str = "config") -> KVLayout:
-    """Parse a HF config dict into a :class:`KVLayout` (see :func:`_layer_kinds` for the window rules).
-
-    Raises :class:`~fp8lab.specs.SpecError` naming the config field, its value and what is allowed.
-    """
-    c = text_config(cfg)
-    model_type = str(c.get("model_type") or cfg.get("model_type") or "unknown")
-    n = _cfg_int(c, ("num_hidden_layers", "n_layer", "num_layers"), "number of decoder layers")
-    heads = _cfg_int(c, ("num_attention_heads", "n_head"), "number of query heads")
-    dtype = _norm_dtype(_first(c, "torch_dtype", "dtype"))
-    max_pos = _first(c, "max_position_embeddings")
-    max_pos = max_pos if _is_int(max_pos) else None
-    if c.get("kv_lora_rank") is not None:  # DeepSeek-V2/V3 multi-head latent attention
-        rank = _cfg_int(c, ("kv_lora_rank",), "MLA latent width d_c")
-        rope = c.get("qk_rope_head_dim")
-        if not _is_int(rope) or rope < 0:
-            raise _fail("qk_rope_head_dim", rope, "an integer >= 0 (MLA decoupled RoPE key width d_h^R)")
-        return KVLayout(
-            name=name,
-            model_type=model_type,
-            num_layers=n,
-            num_attention_heads=heads,
-            num_kv_heads=1,
-            head_dim=rank + rope,
-            v_head_dim=0,
-            torch_dtype=dtype,
-            layer_kinds=("mla",) * n,
-            kv_lora_rank=rank,
-            qk_rope_head_dim=rope,
-            max_position_embeddings=max_pos,
-            config=c,
-        )
-    kv_heads = _first(c, "num_key_value_heads", "num_kv_heads")
-    if kv_heads is None:
-        kv_heads = 1 if c.get("multi_query") else heads  # MQA flag (Falcon/StarCoder), else MHA
-    if not _is_int(kv_heads) or kv_heads < 1:
-        raise _fail("num_key_value_heads", kv_heads, "a positive integer (K/V heads; absent means MHA)")
-    head_dim = c.get("head_dim")
-    if head_dim is None:
-        hidden = _cfg_int(c, ("hidden_size", "n_embd", "d_model"), "model width, used for head_dim = hidden / heads")
-        if hidden % heads:
-            raise _fail(
-                "head_dim", None, f"an explicit head_dim (hidden_size {hidden} is not a multiple of {heads} heads)"
-            )
-        head_dim = hidden // heads
-    if not _is_int(head_dim) or head_dim < 1:
-        raise _fail("head_dim", head_dim, "a positive integer")
-    kinds, window = _layer_kinds(c, n, model_type)
-    return KVLayout(
-        name=name,
-        model_type=model_type,
-        num_layers=n,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        v_head_dim=head_dim,
-        torch_dtype=dtype,
-        layer_kinds=kinds,
-        sliding_window=window,
-        max_position_embeddings=max_pos,
-        config=c,
-    )
-
-
-def load_layout(src: LayoutLike, name: str | None = None) -> KVLayout:
-    """A :class:`KVLayout` from a layout (returned as is), a config dict, a ``config.json`` or a model folder.
-
-    ``name`` defaults to the folder name (``data/configs/qwen3-8b`` -> ``"qwen3-8b"``).
-    """
-    if isinstance(src, KVLayout):
-        return src
-    if isinstance(src, Mapping):
-        return layout_from_config(src, name or "config")
-    path = config_path(src)
-    return layout_from_config(load_config(path), name or path.parent.name)
-
 
 # --------------------------------------------------------------------------------------------------
 # Bytes per token and per sequence
@@ -708,77 +359,8 @@ def summary_row(layout: LayoutLike, kv_dtypes: Iterable[str] = ("auto", "fp8"), 
 
 
 # --------------------------------------------------------------------------------------------------
-# Weights, and what FP8 KV does to total memory
+# What FP8 KV does to total memory (the weights: fp8lab.kvweights)
 # --------------------------------------------------------------------------------------------------
-
-
-def estimate_param_count(config: LayoutLike) -> int:
-    """Approximate parameter count of a decoder-only LM from its config.
-
-    Counted: token embeddings (``vocab x hidden``) and an LM head of the same size unless
-    ``tie_word_embeddings`` (absent = untied, except Gemma, which ties by default); per layer the
-    attention projections (q, k, v, o; MLA: q or q-LoRA, ``kv_a_proj_with_mqa``, ``kv_b_proj``, o) and
-    two RMSNorm weights; a gated MLP of 3 matrices (``hidden x intermediate_size``); for MoE layers
-    ``n_experts`` routed experts of ``moe_intermediate_size`` plus shared experts plus the router
-    (DeepSeek ``n_routed_experts``/``n_shared_experts``/``first_k_dense_replace``; Qwen-MoE
-    ``num_experts``/``shared_expert_intermediate_size``/``decoder_sparse_step``/``mlp_only_layers``);
-    one final norm. Approximated away: biases (Qwen2 qkv), q/k norms, Gemma's extra post-norms, MTP
-    heads, vision towers. For Qwen3-8B this lands 9,216 parameters (36 x 256 q/k-norm weights) under
-    the checkpoint's count.
-    """
-    c = dict(config.config) if isinstance(config, KVLayout) else text_config(load_config(config))
-    lay = layout_from_config(c)
-    hidden = _cfg_int(c, ("hidden_size", "n_embd", "d_model"), "model width")
-    vocab = _cfg_int(c, ("vocab_size",), "vocabulary size")
-    inter = _cfg_int(c, ("intermediate_size", "n_inner", "ffn_dim"), "dense MLP width")
-    n, heads = lay.num_layers, lay.num_attention_heads
-    tied = c.get("tie_word_embeddings")
-    if tied is None:
-        tied = lay.model_type.startswith("gemma")
-    embed = vocab * hidden * (1 if tied else 2)
-
-    if lay.is_mla:
-        nope = c.get("qk_nope_head_dim") or 0
-        rope, rank = lay.qk_rope_head_dim or 0, lay.kv_lora_rank or 0
-        v_dim = c.get("v_head_dim") or nope
-        q_rank = c.get("q_lora_rank")
-        q = hidden * heads * (nope + rope) if not q_rank else hidden * q_rank + q_rank + q_rank * heads * (nope + rope)
-        attn = q + hidden * (rank + rope) + rank + rank * heads * (nope + v_dim) + heads * v_dim * hidden
-    else:
-        q_out = heads * lay.head_dim
-        attn = hidden * q_out + 2 * hidden * lay.num_kv_heads * lay.head_dim + q_out * hidden
-
-    dense_mlp = 3 * hidden * inter
-    n_experts = _first(c, "n_routed_experts", "num_experts", "num_local_experts")
-    moe_layers = 0
-    moe_mlp = 0
-    if n_experts:
-        moe_inter = _first(c, "moe_intermediate_size") or inter
-        shared = (c.get("n_shared_experts") or 0) * 3 * hidden * moe_inter
-        shared += 3 * hidden * c["shared_expert_intermediate_size"] if c.get("shared_expert_intermediate_size") else 0
-        moe_mlp = n_experts * 3 * hidden * moe_inter + shared + hidden * n_experts
-        first_dense = c.get("first_k_dense_replace") or 0
-        step = c.get("decoder_sparse_step") or c.get("moe_layer_freq") or 1
-        mlp_only = set(c.get("mlp_only_layers") or ())
-        moe_layers = sum(1 for i in range(n) if i >= first_dense and i not in mlp_only and (i + 1) % step == 0)
-    per_layer_common = attn + 2 * hidden
-    return embed + n * per_layer_common + moe_layers * moe_mlp + (n - moe_layers) * dense_mlp + hidden
-
-
-def estimate_param_bytes(config: LayoutLike, dtype: str = "auto") -> int:
-    """Approximate weight bytes: :func:`estimate_param_count` x bytes per weight. ``dtype``: ``"auto"``
-    (the config's ``torch_dtype``) | ``"bfloat16"`` | ``"float16"`` | ``"float32"`` | ``"fp8"`` (1 byte per
-    weight; block scales ignored)."""
-    if dtype == "auto":
-        src = config if isinstance(config, KVLayout) else layout_from_config(load_config(config))
-        if src.torch_dtype is None:
-            raise SpecError("config", "torch_dtype", None, "a model dtype for dtype='auto', or pass dtype explicitly")
-        per = TORCH_DTYPE_BYTES[src.torch_dtype]
-    elif dtype in WEIGHT_DTYPE_BYTES:
-        per = WEIGHT_DTYPE_BYTES[dtype]
-    else:
-        raise SpecError("kvmath", "dtype", dtype, "allowed: auto | " + " | ".join(WEIGHT_DTYPE_BYTES))
-    return estimate_param_count(config) * per
 
 
 def memory_rows(
@@ -868,6 +450,11 @@ def plan_capacity(
 
 __all__ = [
     "GIB",
+    "KV_DTYPE_BYTES",
+    "MAX_LEN_KEYS",
+    "TORCH_DTYPE_BYTES",
+    "WEIGHT_DTYPE_BYTES",
+    "model_max_len",
     "KVLayout",
     "AttentionKind",
     "LayoutLike",

@@ -3,12 +3,15 @@
 A notebook's last cells call :func:`record_summary` with its key numbers; the runner points each
 notebook at its own summary file (``$FP8LAB_SUMMARY_PATH``) and merges them into ``summary.json``,
 so tests and the overall report read numbers, never scraped HTML.
+
+Split along clean lines (issue 16): :mod:`fp8lab.profiles` (profiles and a notebook's resolved parameters) and
+:mod:`fp8lab.report_index` (``index.html``, key numbers, comparing reports) below this module, which keeps recording
+a summary and running notebooks and re-exports every name of both (``report.load_profile``, ``report.write_index``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import json
 import math
 import os
@@ -18,12 +21,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fp8lab.errors import SpecError
-from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT, runs_dir
-
-PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
-#: The test suite's notebook tier runs on this profile (cpu-tiny with fewer repetitions; profiles.yaml says why).
-TEST_PROFILE = "cpu-ci"
+from fp8lab.paths import REPO_ROOT, runs_dir
+from fp8lab.profiles import (
+    PROFILES_FILE,
+    TEST_PROFILE,
+    check_overrides,
+    check_parameter_type,
+    list_notebooks,
+    load_profile,
+    load_profiles,
+    parameters_for,
+    resolved_parameters,
+)
+from fp8lab.report_index import (
+    AUDIT_ROWS_KEY,
+    HEADLINE_KEY,
+    audit_html,
+    compare_summaries,
+    fmt_number,
+    headline_html,
+    key_numbers,
+    runs_provenance,
+    write_index,
+)
 
 
 def _clean(o: Any) -> Any:
@@ -69,198 +89,6 @@ def record_summary(
     target.write_text(json.dumps(clean, indent=2, sort_keys=True))
     print(json.dumps(clean, indent=2, sort_keys=True))
     return target
-
-
-# ----------------------------------------------------------------------------------------- profiles
-def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Any]:
-    """The profiles file as ``{name: profile}``; a file that is not YAML, or whose entries are not mappings,
-    raises :class:`SpecError` naming the file and the problem."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1}: {getattr(exc, 'problem', '')})" if mark is not None else f" ({exc})"
-        raise SpecError("Profile", "file", str(path), "a UTF-8 YAML mapping of profile names" + at) from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise SpecError(
-            "Profile", "file", str(path), "a YAML mapping of profile name -> {description, params, notebooks}"
-        )
-    for name, prof in data.items():
-        for key in ("params", "notebooks"):
-            if prof.get(key) is not None and not isinstance(prof[key], dict):
-                raise SpecError("Profile", f"{name}.{key}", prof[key], "a mapping of NAME: value")
-    return {name: _extended(name, data) for name in data}
-
-
-def _extended(name: str, data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Profile ``name`` with its ``extends: BASE`` resolved: the base's ``params`` and each of its notebook entries,
-    updated by this profile's own (a notebook entry merges name by name; a value here replaces the base's)."""
-    prof = data[name]
-    base_name = prof.get("extends")
-    if base_name is None:
-        return prof
-    if base_name not in data or base_name == name:
-        raise SpecError(
-            "Profile",
-            f"{name}.extends",
-            base_name,
-            "the name of another profile: " + " | ".join(n for n in data if n != name),
-        )
-    if base_name in seen:
-        raise SpecError(
-            "Profile",
-            f"{name}.extends",
-            base_name,
-            "a chain without a cycle (" + " -> ".join((*seen, name, base_name)) + ")",
-        )
-    base = _extended(base_name, data, (*seen, name))
-    notebooks = {k: dict(v or {}) for k, v in (base.get("notebooks") or {}).items()}
-    for nb, over in (prof.get("notebooks") or {}).items():
-        notebooks[nb] = {**notebooks.get(nb, {}), **(over or {})}
-    return {
-        **base,
-        **prof,
-        "params": {**(base.get("params") or {}), **(prof.get("params") or {})},
-        "notebooks": notebooks,
-        "extends": base_name,
-    }
-
-
-def load_profile(name: str, path: Path = PROFILES_FILE) -> dict[str, Any]:
-    profiles = load_profiles(path)
-    if name not in profiles:
-        raise SpecError("Profile", "name", name, "one of " + " | ".join(profiles))
-    return profiles[name]
-
-
-def list_notebooks(names: Sequence[str] | None = None, nb_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
-    """Notebooks to run: all ``NN_*.ipynb`` in order, the claims audit last (it reads the others' summaries),
-    or the named ones (by stem, file name or path)."""
-    available = sorted(nb_dir.glob("[0-9][0-9]_*.ipynb"), key=lambda p: (p.stem.endswith("claims_audit"), p.name))
-    if not names:
-        return available
-    out = []
-    for n in names:
-        p = Path(n)
-        if p.is_file():
-            out.append(p.resolve())
-            continue
-        hits = [a for a in available if a.stem == p.stem or a.stem.startswith(p.stem)]
-        if len(hits) != 1:
-            raise SpecError(
-                "RunSpec",
-                "notebooks",
-                n,
-                "a notebook path or the (prefix of a) name of one of: " + ", ".join(a.stem for a in available),
-            )
-        out.append(hits[0])
-    return out
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "True or False"
-    if isinstance(value, (int, float)):
-        return "a number" if isinstance(value, float) else "an integer"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return "a string" if isinstance(value, str) else type(value).__name__
-
-
-def check_parameter_type(where: str, name: str, value: Any, default: Any) -> None:
-    """A notebook parameter's value must have the kind of the ``parameters`` cell's own default (an integer where
-    it has an integer, a list where it has a list, ...; a float default takes an integer too; None, or a None
-    default, takes anything): else :class:`SpecError` names it, before any kernel starts. A string where a
-    list belongs (``-p KV_DTYPES fp8``) would otherwise be read letter by letter."""
-    if value is None or default is None:
-        return
-    want, got = _kind(default), _kind(value)
-    if want == got or (want == "a number" and got == "an integer"):
-        return
-    raise SpecError(where, name, value, f"{want} like the notebook's default {default!r} (or null)")
-
-
-def _defaults(notebook: Path) -> dict[str, Any]:
-    import ast
-
-    import papermill
-
-    out = {}
-    for k, v in papermill.inspect_notebook(str(notebook)).items():
-        try:
-            out[k] = ast.literal_eval(v["default"])
-        except (ValueError, SyntaxError):
-            out[k] = None  # not a literal: no type to check against
-    return out
-
-
-def parameters_for(notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The profile's parameters that this notebook declares (papermill would warn on the others). The shared
-    ``params`` and ``overrides`` may name parameters of other notebooks; the notebook's own entry may not: a name
-    there that the notebook does not declare (a typo) raises :class:`SpecError` naming it."""
-    import papermill
-
-    declared = set(papermill.inspect_notebook(str(notebook)))
-    own = (profile.get("notebooks") or {}).get(notebook.stem, {}) or {}
-    for k, v in own.items():
-        if k not in declared:
-            raise SpecError(
-                "Profile",
-                f"notebooks.{notebook.stem}.{k}",
-                v,
-                "not a parameter of that notebook; allowed: " + " | ".join(sorted(declared)),
-            )
-    merged = dict(profile.get("params", {}))
-    merged.update(own)
-    merged.update(overrides or {})
-    defaults = _defaults(notebook)
-    for k, v in merged.items():
-        if k in declared:
-            where = "RunSpec" if k in (overrides or {}) else f"Profile.{notebook.stem}"
-            check_parameter_type(where, k, v, defaults.get(k))
-    return {k: v for k, v in merged.items() if k in declared}
-
-
-def check_overrides(notebooks: Sequence[Path], overrides: dict[str, Any] | None) -> None:
-    """Each ``-p NAME`` override must be a parameter of at least one of the notebooks to run; else (a typo,
-    silently dropped otherwise) :class:`SpecError` names it, before any notebook starts."""
-    import papermill
-
-    if not overrides:
-        return
-    declared = set().union(*(papermill.inspect_notebook(str(nb)) for nb in notebooks))
-    for k, v in overrides.items():
-        if k not in declared:
-            raise SpecError(
-                "RunSpec",
-                k,
-                v,
-                f"not a parameter of {', '.join(nb.stem for nb in notebooks)}; allowed: "
-                + " | ".join(sorted(declared)),
-            )
-    for nb in notebooks:  # wrong kinds of value, before any notebook starts
-        defaults = _defaults(nb)
-        for k, v in overrides.items():
-            if k in defaults:
-                check_parameter_type("RunSpec", k, v, defaults[k])
-
-
-def resolved_parameters(
-    notebook: Path, profile: dict[str, Any], overrides: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Every parameter of the notebook as papermill runs it: the ``parameters`` cell's own values, then the
-    profile's (:func:`parameters_for`), then ``overrides`` (for code that builds the notebook's specs itself)."""
-    import ast
-
-    import papermill
-
-    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(notebook)).items()}
-    params.update(parameters_for(notebook, profile, overrides))
-    return params
 
 
 # ----------------------------------------------------------------------------------------- running
@@ -495,366 +323,33 @@ def _write_summary(
     return summary
 
 
-#: Summary key under which the claims audit (notebook 05) records its rows; ``write_index`` renders them.
-AUDIT_ROWS_KEY = "audit_rows"
-
-
-def audit_html(rows: Sequence[dict[str, Any]], notebook_html: str | None = None) -> str:
-    """The claims audit as an HTML table: claim, verdict, what was measured, links to the evidence."""
-    body = []
-    for r in rows:
-        links = " ".join(
-            f'<a href="{html.escape(x["href"])}">{html.escape(x["label"])}</a>' for x in r.get("links") or []
-        )
-        on = f"<br><small>{html.escape(r['on_what'])}</small>" if r.get("on_what") else ""
-        for label, key in (("setting", "setting"), ("smallest detectable effect", "detectable"), ("basis", "basis")):
-            if r.get(key):
-                on += f"<br><small>{label}: {html.escape(str(r[key]))}</small>"
-        verdict = str(r.get("verdict", ""))
-        body.append(
-            f"<tr><td>{html.escape(str(r.get('id', '')))}</td><td>{html.escape(str(r.get('claim', '')))}"
-            f"<br><small>{html.escape(str(r.get('source', '')))}</small></td>"
-            f"<td class='v-{verdict.replace(' ', '-')}'>{html.escape(verdict)}</td>"
-            f"<td>{html.escape(str(r.get('measured', '')))}{on}</td><td>{links}</td></tr>"
-        )
-    more = (
-        f" Each verdict comes from a rule written next to it, over the recorded numbers: see "
-        f'<a href="{html.escape(notebook_html)}">the audit notebook</a>.'
-        if notebook_html
-        else ""
-    )
-    return (
-        f"<h2>Claims audit</h2><p>What the field reports claimed, and what these records say.{more}</p>"
-        "<table class='audit'><tr><th>#</th><th>claim (source)</th><th>verdict</th><th>measured</th>"
-        f"<th>evidence</th></tr>{''.join(body)}</table>"
-    )
-
-
-# ------------------------------------------------------------------------------------------------- index
-#: Summary key of the claims audit's headline: a list of sentences, shown first on the index.
-HEADLINE_KEY = "headline"
-
-
-def fmt_number(v: Any, digits: int = 3) -> str:
-    """A number for a reader: ints with thousands separators, floats to ``digits`` significant digits (no
-    ``1.3607525825500488``), ``None``/NaN as "n/a", booleans as yes/no."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        if v == 0:
-            return "0"
-        if v.is_integer() and abs(v) < 1e15:
-            return f"{int(v):,}"
-        mag = math.floor(math.log10(abs(v)))
-        if mag >= digits - 1:
-            return f"{round(v):,}"
-        return f"{v:.{max(digits - 1 - mag, 0)}f}"
-    return str(v)
-
-
-def _get(s: dict[str, Any], key: str) -> Any:
-    """``s[key]``, else a dotted path into nested dicts (``bytes_per_token.fp8``); ``None`` when absent."""
-    if key in s:
-        return s[key]
-    cur: Any = s
-    for part in key.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
-    return cur
-
-
-def _pair(s: dict[str, Any], a: str, b: str, unit: str, digits: int = 3) -> str | None:
-    va, vb = _get(s, a), _get(s, b)
-    if va is None and vb is None:
-        return None
-    return f"{fmt_number(va, digits)} → {fmt_number(vb, digits)} {unit}".strip()
-
-
-def _ci(s: dict[str, Any], est: str, lo: str, hi: str, unit: str = "", digits: int = 3) -> str | None:
-    if _get(s, est) is None:
-        return None
-    u = f" {unit}" if unit else ""
-    if _get(s, lo) is None or _get(s, hi) is None:
-        return f"{fmt_number(_get(s, est), digits)}{u}"
-    return (
-        f"{fmt_number(_get(s, est), digits)}{u} (95% CI {fmt_number(_get(s, lo), digits)} to "
-        f"{fmt_number(_get(s, hi), digits)})"
-    )
-
-
-def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
-    """A study's few key numbers for the index, each ``(label with its unit, rounded value)``. Studies fp8lab
-    does not know get their first scalar numbers. Missing values are left out."""
-    rows: list[tuple[str, str | None]] = []
-    if stem.startswith("00_"):
-        rows.append(
-            (
-                "KV per token, auto → fp8 (" + str(s.get("model", "")) + ")",
-                _pair(s, "bytes_per_token.auto", "bytes_per_token.fp8", "B/token"),
-            )
-        )
-        rec = s.get("records") or {}
-        if rec.get("compared"):
-            rows.append(
-                (
-                    "engines on record whose block count the formula predicted exactly",
-                    f"{rec.get('exact')} of {rec.get('compared')} ({', '.join(rec.get('devices') or []) or 'device not recorded'})",
-                )
-            )
-        if s.get("prediction_exact") is not None:
-            rows.append(("engines started by this run: formula exact", fmt_number(s.get("prediction_exact"))))
-        elif s.get("measured"):
-            rows.append(("engines started by this run", "none (predictions only)"))
-    elif stem.startswith("01_"):
-        rows += [
-            ("KV capacity, auto → fp8", _pair(s, "capacity_tokens_auto", "capacity_tokens_fp8", "tokens")),
-            (
-                "fp8 vs auto output throughput at concurrency " + fmt_number(s.get("headline_concurrency")),
-                _ci(s, "throughput_delta_pct", "throughput_delta_lo_pct", "throughput_delta_hi_pct", "%")
-                + (
-                    f": {s['throughput_delta_label']}"
-                    if s.get("throughput_delta_label") and _get(s, "throughput_delta_pct") is not None
-                    else ""
-                )
-                if _get(s, "throughput_delta_pct") is not None
-                else None,
-            ),
-            (
-                "noise floor (same config between trials)",
-                None if s.get("noise_floor_pct") is None else f"{fmt_number(s.get('noise_floor_pct'), 2)} %",
-            ),
-            ("ITL p50, auto → fp8", _pair(s, "itl_p50_ms_auto", "itl_p50_ms_fp8", "ms")),
-            ("peak device memory, auto → fp8", _pair(s, "mem_peak_gib_auto", "mem_peak_gib_fp8", "GiB", 4)),
-            ("trials", fmt_number(s.get("trials")) if s.get("trials") is not None else None),
-        ]
-    elif stem.startswith("02_"):
-        rows += [
-            ("the 32-token claim holds", fmt_number(s.get("claim.holds")) if "claim.holds" in s else None),
-            (
-                "calibration tokens until per-head scales stay within the claim's threshold",
-                fmt_number(s.get("tokens_to_threshold.attn_head")) if "tokens_to_threshold.attn_head" in s else None,
-            ),
-            (
-                "largest |Δ logprob|, per-head vs per-tensor scales",
-                fmt_number(s.get("head_reduction.max_abs_dlogprob"), 2)
-                if "head_reduction.max_abs_dlogprob" in s
-                else None,
-            ),
-        ]
-    elif stem.startswith("03_"):
-        rows += [
-            (
-                "fp8: top-3 token match (reports' protocol)",
-                _ci(s, "fp8.top3_match", "fp8.top3_ci_lo", "fp8.top3_ci_hi"),
-            ),
-            (
-                "fp8: perplexity change",
-                _ci(s, "fp8.delta_ppl_pct", "fp8.delta_ppl_pct_ci_lo", "fp8.delta_ppl_pct_ci_hi", "%"),
-            ),
-            ("verdicts", ", ".join(f"{k.split('.')[0]}: {v}" for k, v in s.items() if k.endswith(".verdict")) or None),
-            ("prompts", fmt_number(s.get("n_prompts")) if s.get("n_prompts") is not None else None),
-        ]
-    elif stem.startswith("04_"):
-        rows += [
-            (
-                "longest context the engine holds, auto → fp8",
-                _pair(s, "auto.longest_engine", "fp8.longest_engine", "tokens"),
-            ),
-            ("KV budget", None if s.get("kv_cache_gib") is None else f"{fmt_number(s.get('kv_cache_gib'))} GiB"),
-        ]
-        claims = {
-            "claim.gains_grow": "claim: FP8's gains grow with context",
-            "claim.oom": "claim: bf16 runs out of memory first",
-            "claim.block256": "claim: block size 256 beats 16 at the longest length",
-            "claim.silent": "claim: silent quality loss along the context",
-            "claim.random_tokens": "random tokens vs real text",
-        }
-        rows += [
-            (claims.get(k, k.removeprefix("claim.")), str(v))
-            for k, v in s.items()
-            if k.startswith("claim.") and isinstance(v, str)
-        ]
-    elif stem.startswith("06_"):
-        pts = [p for p in s.get("points") or [] if isinstance(p, dict)]
-        if pts:
-            n = len(pts)
-            faster = sum(1 for p in pts if p.get("beyond_noise") and (p.get("ratio") or 1) < 1)
-            slower = sum(1 for p in pts if p.get("beyond_noise") and (p.get("ratio") or 1) > 1)
-            rows.append(("grid points (batch x context) measured by both dtypes", fmt_number(n)))
-            rows.append(("fp8 decode step faster / slower beyond noise", f"{faster} / {slower} of {n} points"))
-        if s.get("min_detectable_pct") is not None:
-            rows.append(
-                (
-                    "smallest fp8/auto change these runs resolve (median 95% CI half-width)",
-                    f"{fmt_number(s['min_detectable_pct'], 2)} %",
-                )
-            )
-        if "capacity_exact" in s:
-            rows.append(("KV blocks as the formula predicts", fmt_number(s["capacity_exact"])))
-    elif stem.endswith("claims_audit"):
-        counts = s.get("verdict_counts") or {}
-        rows.append(("verdicts", ", ".join(f"{v} {k}" for k, v in counts.items()) or None))
-    else:
-        scalars = [(k, v) for k, v in sorted(s.items()) if isinstance(v, int | float | str) and not isinstance(v, bool)]
-        rows += [(k, fmt_number(v)) for k, v in scalars[:6]]
-    return [(label, value) for label, value in rows if value is not None]
-
-
-def runs_provenance(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """What the engine runs a notebook loaded or ran have in common: their count, devices, vLLM versions and dates
-    (from each run's ``provenance.json``, via ``$FP8LAB_RUNS_LOG``)."""
-    uniq = {ln.get("run_dir"): ln for ln in lines}.values()
-
-    def values(k: str) -> list[str]:
-        return sorted({str(ln[k]) for ln in uniq if ln.get(k)})
-
-    dates = sorted(str(ln["date_utc"])[:10] for ln in uniq if ln.get("date_utc"))
-    return {
-        "n": len(uniq),
-        "devices": values("device"),
-        "vllm": values("vllm"),
-        "dates": [dates[0], dates[-1]] if dates else [],
-    }
-
-
-def _runs_line(e: dict[str, Any]) -> str:
-    runs = e.get("runs") or {}
-    if runs.get("n"):
-        dates = runs.get("dates") or []
-        when = (f", {dates[0]}" + (f" to {dates[1]}" if dates[1] != dates[0] else "")) if dates else ""
-        return (
-            f"{runs['n']} engine run{'s' if runs['n'] != 1 else ''} on {', '.join(runs['devices']) or 'a device not recorded'}, "
-            f"vLLM {', '.join(runs['vllm']) or 'not recorded'}{when}"
-        )
-    where = e.get("ran_on") or {}
-    if where:
-        what = "no engine run of its own; computed" if "runs" in e else "the notebook ran"
-        return f"{what} on {where.get('device')} with vLLM {where.get('vllm')} ({str(where.get('date_utc', ''))[:10]})"
-    return "provenance in its engines' records"
-
-
-def _title(out_dir: Path, stem: str) -> str:
-    import nbformat
-
-    from fp8lab.htmlexport import notebook_title
-
-    for p in (out_dir / f"{stem}.ipynb", NOTEBOOKS_DIR / f"{stem}.ipynb"):
-        try:
-            t = notebook_title(nbformat.read(str(p), as_version=4))
-        except Exception:
-            continue
-        if t:
-            return t
-    return stem
-
-
-def headline_html(summary: dict[str, Any]) -> str:
-    """The audit's headline (its summary's ``headline``, a list of sentences), when a notebook recorded one."""
-    for e in summary["notebooks"].values():
-        lines = (e.get("summary") or {}).get(HEADLINE_KEY)
-        if isinstance(lines, str):
-            lines = [lines]
-        if lines:
-            return (
-                "<section id='headline'><h2>Headline</h2><ul>"
-                + "".join(f"<li>{html.escape(str(x))}</li>" for x in lines)
-                + "</ul></section>"
-            )
-    return (
-        "<section id='headline'><h2>Headline</h2><p>No headline recorded: the claims audit did not run in "
-        "this folder. Each study's verdict is linked below.</p></section>"
-    )
-
-
-def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
-    """``index.html``: the headline, the claims audit's table, then one short block per study (its key numbers,
-    rounded, with units; a link to its verdict; the device and vLLM of the runs it shows)."""
-    out_dir = Path(out_dir)
-    audit, blocks = "", []
-    for name, e in summary["notebooks"].items():
-        s = e.get("summary") or {}
-        if s.get(AUDIT_ROWS_KEY) and not audit:
-            audit = audit_html(s[AUDIT_ROWS_KEY], e.get("html"))
-        title = html.escape(_title(out_dir, name))
-        head = f'<a href="{html.escape(e["html"])}">{title}</a>' if e.get("html") else title
-        status = "" if e.get("status") == "ok" else f" <span class='failed'>{html.escape(str(e.get('status')))}</span>"
-        err = f"<p class='failed'>{html.escape(e['error'])}</p>" if e.get("error") else ""
-        if e.get("rerun_failed"):  # the last good result is shown; the failed rerun is linked
-            fail = e["rerun_failed"]
-            fl = f' (<a href="{html.escape(fail["failed_html"])}">failed run</a>)' if fail.get("failed_html") else ""
-            err += (
-                f"<p class='failed'>Shown: the last good result; a later rerun failed and was not kept{fl}: "
-                f"{html.escape(str(fail.get('error')))}</p>"
-            )
-        if s.get("not_measured"):  # no native FP8 kernel here (fp8lab.capability)
-            err += f"<p class='failed'>{html.escape(str(s['not_measured']))}</p>"
-        where = e.get("ran_on") or {}
-        dirty = " with uncommitted changes" if where.get("fp8lab_dirty") else ""
-        origin = (
-            f"{where.get('date_utc')} on {where.get('device')}, fp8lab {str(where.get('fp8lab_commit'))[:12]}{dirty}, "
-            f"vLLM {where.get('vllm')}"
-            if where
-            else "provenance in its engines' records"
-        )
-        kept = f" <small>(kept from {html.escape(e['from'])}: {html.escape(origin)})</small>" if e.get("from") else ""
-        nums = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in key_numbers(name, s))
-        links = [f'<a href="{html.escape(e["html"])}#verdict">verdict</a>'] if e.get("html") else []
-        if (out_dir / f"{name}.summary.json").exists():
-            links.append(f'<a href="{html.escape(name)}.summary.json">all {len(s)} recorded values (JSON)</a>')
-        blocks.append(
-            f"<section class='study' id='{html.escape(name)}'><h3>{head}{status}</h3>{err}"
-            f"<p class='prov'>Runs shown: {html.escape(_runs_line(e))}.{kept}</p>"
-            + (f"<table class='nums'>{nums}</table>" if nums else "")
-            + f"<p>{' · '.join(links)}</p></section>"
-        )
-    prov = summary.get("provenance", {})
-    profile = html.escape(summary["profile"])
-    page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>fp8lab report: {profile}</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.4}}
-table{{border-collapse:collapse;margin:.5em 0 1em}}td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}}
-table.nums th{{font-weight:normal;color:#333;background:#f6f6f6}}
-#headline{{border-left:4px solid #2a6;padding-left:1em}}#headline li{{margin:.3em 0}}
-.failed{{color:#b00}}small,.prov{{color:#555}}section.study{{margin:1.2em 0}}section.study h3{{margin-bottom:.2em}}
-.v-confirmed{{background:#d8f0d8}}.v-refuted{{background:#f6d5d5}}.v-depends{{background:#fbeccb}}
-.v-not-testable-here{{background:#e6e6e6}}.v-inconclusive{{background:#fbeccb}}table.audit td:nth-child(3){{font-weight:bold;white-space:nowrap}}</style></head><body>
-<h1>fp8lab report &mdash; profile <code>{profile}</code></h1>
-{headline_html(summary)}
-<p>{html.escape(summary.get("description", ""))}</p>
-{audit}
-<h2>Studies</h2>
-<p><small>Each study names the device and vLLM of the engine runs it shows (from their provenance). This page was
-rendered {html.escape(str(summary.get("created_utc", "")))} by fp8lab {html.escape(str(prov.get("fp8lab_commit", ""))[:12])};
-all numbers: <a href="summary.json">summary.json</a>.</small></p>
-{"".join(blocks)}
-</body></html>"""
-    path = out_dir / "index.html"
-    path.write_text(page, encoding="utf-8")
-    return path
-
-
-def compare_summaries(report_dirs: Sequence[str | Path], notebook: str, pattern: str = ".") -> Any:
-    """The numeric key numbers of one notebook across report folders (e.g. ``reports/cpu-tiny`` and
-    ``reports/h200``), side by side: a DataFrame indexed by summary key (those matching the regular
-    expression ``pattern``), one column per folder (its name). Keys missing in a folder are NaN."""
-    import re
-
-    import pandas as pd
-
-    rx = re.compile(pattern)
-    cols = {}
-    for d in report_dirs:
-        path = Path(d) / f"{notebook}.summary.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no summary of {notebook} in {d}")
-        flat = json.loads(path.read_text())
-        cols[Path(d).name] = {
-            k: v for k, v in flat.items() if rx.search(k) and isinstance(v, int | float) and not isinstance(v, bool)
-        }
-    return pd.DataFrame(cols).sort_index()
+#: Every public name of this module and of the two split out of it (:mod:`fp8lab.profiles`,
+#: :mod:`fp8lab.report_index`): ``report.<name>`` keeps working for each.
+__all__ = [
+    "AUDIT_ROWS_KEY",
+    "HEADLINE_KEY",
+    "KERNEL_NAME",
+    "PROFILES_FILE",
+    "TEST_PROFILE",
+    "audit_html",
+    "check_overrides",
+    "check_parameter_type",
+    "compare_summaries",
+    "ensure_kernel",
+    "export_html",
+    "fmt_number",
+    "headline_html",
+    "key_numbers",
+    "list_notebooks",
+    "load_profile",
+    "load_profiles",
+    "parameters_for",
+    "previous_entries",
+    "previous_summary",
+    "record_summary",
+    "resolved_parameters",
+    "run_notebook",
+    "run_profile",
+    "runs_provenance",
+    "write_index",
+]

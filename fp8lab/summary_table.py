@@ -66,6 +66,8 @@ UNITS: tuple[str, ...] = (
     "ratio",  # dimensionless quotient (fp8 / auto)
     "nats",
     "1",  # a dimensionless figure that is none of the above (perplexity)
+    "bytes",  # a size too small for GiB to read well (KV bytes per token; Study 00)
+    "conversations",  # a count of active conversations (the prefix-cache knee; Study 07)
 )
 #: Which kind of setting a number is evidence for: a GPU run of a full-size model, the shipped 6.8M-parameter model
 #: on a GPU (an analogue for a full-size model's speed), a CPU run (an analogue for any GPU claim), arithmetic on
@@ -102,8 +104,29 @@ METRICS: Mapping[str, str] = {
     "tf_kl": "teacher-forced KL divergence from the baseline (top-k, per token)",
     "ppl": "perplexity on held-out text windows (change: % paired by window)",
     "task_acc": "copy-task greedy token accuracy (change: difference paired by item)",
+    # KV memory (00): the formula on a config (evidence computed) beside what an engine allocated
+    "kv_bytes_per_token": "KV cache bytes of one token of one sequence, every layer, one TP rank (the formula)",
+    "num_blocks_formula": "KV blocks the page-size formula predicts for a KV budget and block size",
+    "kv_capacity_tokens_formula": "KV capacity in tokens the formula predicts (blocks x block size)",
+    "max_concurrency_formula": "sequences of context_len tokens the formula's blocks hold at once (each at full length)",
+    "total_memory_gib_formula": "estimated weights + KV of batch sequences of context_len tokens, one TP rank",
+    "formula_exact_share": "share of stored engines whose KV block count the formula predicted exactly (n: engines)",
+    # long context (04)
+    "longest_context": "longest context one sequence holds (tokens): vLLM's own estimate when asked for more",
+    "longest_context_formula": "longest context one sequence holds by the formula: (num_blocks - 1) x block_size",
+    "max_concurrency": "sequences of context_len tokens the engine's KV blocks hold at once (setting: which blocks)",
+    "itl_p95": "inter-token latency, 95th percentile of a phase's gaps pooled",
+    "e2e_p50": "end-to-end request latency, median of a phase's requests",
+    "kv_usage_peak": "peak sampled KV-cache usage, fraction of the engine's blocks",
+    # prefix cache (07): concurrency is the number of active conversations, subset the workload
+    "prefix_hit_rate": "prefix-cache hit rate (cached / prompt tokens) of a cell, mean over trials (change: pp)",
+    "prefix_hit_rate_predicted": "prefix-cache hit rate vLLM's block pool replayed predicts for a cell",
+    "ttft_mean": "time to first token, mean of a cell's requests, mean over trials (change: paired ratio)",
+    "prefix_knee_predicted": "most active conversations that lose no hit against an unbounded cache (the replay)",
+    "prefix_knee_measured": "most active conversations measured to hold their hits (the last held N)",
 }
-#: The fields that identify a row (unique within a table).
+#: The fields that identify a row (unique within a table). ``model`` is part of it since Study 00 tabulates the same
+#: metric for several published configs in one run.
 KEY: tuple[str, ...] = (
     "study",
     "metric",
@@ -114,6 +137,7 @@ KEY: tuple[str, ...] = (
     "concurrency",
     "batch",
     "context_len",
+    "model",
 )
 
 
@@ -142,7 +166,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("baseline", str, True, KV_DTYPES, "None: the figure itself; a dtype: kv_dtype's change against it"),
     Column("setting", str, doc="where it was measured, in the study's words"),
     Column("subset", str, True, doc="a part of the inputs (a prompt category) or a scale granularity; None: all"),
-    Column("concurrency", int, True, doc="requests in flight (closed loop)"),
+    Column("concurrency", int, True, doc="requests in flight (closed loop); Study 07: active conversations"),
     Column("batch", int, True, doc="sequences per decode step"),
     Column("context_len", int, True, doc="tokens of context"),
     Column("value", float, doc="the number, in unit"),

@@ -42,10 +42,10 @@ of it, ``run`` none of the tables):
 - :mod:`~fp8lab.longctx.ramp`, :mod:`~fp8lab.longctx.growth`, :mod:`~fp8lab.longctx.divergence`: the tables,
   from a result; :mod:`~fp8lab.longctx.tables`: all of them at once (:func:`tables` -> :class:`Tables`).
 - :mod:`~fp8lab.longctx.verdict`: :func:`claims` and :func:`verdict_markdown`; :mod:`~fp8lab.longctx.summary`:
-  :func:`summary_values`.
+  :func:`summary_values`, :func:`summary_rows` (the typed rows).
 - :mod:`~fp8lab.longctx.plots`: the notebook's figures (imported on its own: it loads matplotlib).
 - :mod:`~fp8lab.longctx.study`: the study contract (:mod:`fp8lab.study`) the notebook calls: ``Spec.from_params``,
-  ``run`` -> ``Results`` (``tables()``, ``summary()``, ``verdict()``, ``markdown()``).
+  ``run`` -> ``Results`` (``tables()``, ``summary()``, ``rows()``, ``verdict()``, ``markdown()``).
 
 Every public name is re-exported here (``from fp8lab import longctx as lc; lc.LongCtxPlan(...)``).
 """
@@ -101,7 +101,7 @@ from fp8lab.longctx.ramp import (
 )
 from fp8lab.longctx.run import EMULATED_ROLE, LongCtxResult, plan_table, ramp_max_model_len, run_study
 from fp8lab.longctx.spec import BASELINE, STUDY, LongCtxPlan
-from fp8lab.longctx.summary import summary_values
+from fp8lab.longctx.summary import summary_rows, summary_values
 from fp8lab.longctx.tables import Tables, tables  # the function `tables` shadows the submodule's name here
 from fp8lab.longctx.verdict import claims, verdict_markdown
 
@@ -216,6 +216,7 @@ __all__ = [
     "run_study",
     "speed_table",
     "stored_divergence",
+    "summary_rows",
     "summary_values",
     "sweep_phases",
     "tables",

@@ -8,7 +8,7 @@ nothing of its own but the verdict words)::
 
     spec = s04.Spec.from_params(globals())
     res = s04.run(spec)
-    res.tables()["ramp"], res.summary(), res.verdict(), res.markdown()
+    res.tables()["ramp"], res.summary(), res.rows(), res.verdict(), res.markdown()
 
 The verdicts: the five field-report claims of :func:`~fp8lab.longctx.verdict.claims`, each ``label`` put on the
 audit's scale by :func:`verdict_word` (``supported`` -> confirmed, ``not measured`` -> not testable here, anything
@@ -35,7 +35,7 @@ from typing import Any
 from fp8lab.errors import SpecError
 from fp8lab.longctx.run import LongCtxResult, run_study
 from fp8lab.longctx.spec import LongCtxPlan
-from fp8lab.longctx.summary import summary_values
+from fp8lab.longctx.summary import summary_rows, summary_values
 from fp8lab.longctx.tables import Tables, tables
 from fp8lab.longctx.verdict import claims, verdict_markdown
 from fp8lab.study import Verdict, VerdictWord
@@ -111,6 +111,10 @@ class Results:
     def summary(self) -> dict[str, Any]:
         """:func:`fp8lab.longctx.summary.summary_values`: what the notebook records."""
         return self._summary
+
+    def rows(self) -> list[dict[str, Any]]:
+        """:func:`fp8lab.longctx.summary.summary_rows`: the typed rows the notebook records beside the summary."""
+        return summary_rows(self.run, self._tables)
 
     def verdict(self) -> tuple[Verdict, ...]:
         """The five claims on this run's setting (the module docstring says what ``n`` and ``detectable`` count)."""

@@ -1,8 +1,10 @@
 """Study 04's machine-readable key numbers (:func:`summary_values`, what the notebook records with
-:func:`fp8lab.report.record_summary` and the claims audit reads)."""
+:func:`fp8lab.report.record_summary` and the claims audit reads) and the same numbers as typed rows
+(:func:`summary_rows`, :mod:`fp8lab.summary_table`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -98,3 +100,130 @@ def summary_values(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str, A
         s["not_measured"] = " ".join(res.notes)
         s["emulated"] = list(res.emulated)
     return s
+
+
+def _finite(v: Any) -> float | None:
+    """A finite number as a float, else None (None, NaN, pandas' NA, a string)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _device(res: LongCtxResult) -> str | None:
+    """The device the engines ran on (the first engine result whose provenance names one)."""
+    for r in res.runs:
+        dev = (getattr(r.get("result"), "provenance", None) or {}).get("device")
+        if dev:
+            return str(dev)
+    return None
+
+
+#: ``device`` of a row the formula computed (no engine).
+ARITHMETIC = "any (arithmetic on config.json)"
+#: The ramp's latency metrics: table column -> (metric, unit, scale).
+RAMP_METRICS: dict[str, tuple[str, str, float]] = {
+    "ttft_p50_s": ("ttft_p50", "ms", 1000.0),
+    "itl_p50_s": ("itl_p50", "ms", 1000.0),
+    "itl_p95_s": ("itl_p95", "ms", 1000.0),
+    "e2e_p50_s": ("e2e_p50", "s", 1.0),
+}
+
+
+def summary_rows(res: LongCtxResult, t: Tables) -> list[dict[str, Any]]:
+    """The study's typed rows (:mod:`fp8lab.summary_table`, study ``long_context``), from its tables; ``context_len``
+    is a request's prompt length (the ramp's ``L``), ``concurrency`` the requests sent at once.
+
+    - the boundary, per kv dtype (``boundary``): ``num_blocks_formula`` and ``longest_context_formula`` (evidence
+      ``computed``), the ramp engine's ``num_blocks`` and the ``longest_context`` its blocks hold (setting ``engine
+      blocks``) and vLLM's own estimate past the boundary (setting ``vLLM's estimate past the boundary``);
+    - the ramp, per kv dtype x concurrency x length that ran (``ramp``, setting ``ramp, block <B>``): TTFT P50, ITL
+      P50 and P95 (ms), E2E P50 (s), ``preemptions``, ``kv_usage_peak`` and ``mem_peak_gib``, ``n`` the requests;
+    - the capacity frontier (``frontier``): ``max_concurrency_formula`` (computed) and ``max_concurrency`` from the
+      engine's blocks (setting ``engine blocks``) and from the blocks one sequence was measured to hold (setting
+      ``measured blocks per sequence``);
+    - the block-size sweep (``blocksize``, setting ``block-size sweep, block <B>``, one request at a time): TTFT,
+      ITL and E2E medians of every point that ran."""
+    from fp8lab import summary_table as st
+
+    plan = res.plan
+    model = Path(plan.model).name
+    device = _device(res)
+    measured = {"study": "long_context", "evidence": st.evidence_of(device, model), "device": device or "unknown"}
+    computed = {"study": "long_context", "evidence": "computed", "device": ARITHMETIC}
+    rows: list[dict[str, Any]] = []
+
+    def add(common: Mapping[str, Any], value: Any, **fields: Any) -> None:
+        v = _finite(value)
+        if v is not None:
+            rows.append(st.make_row(**common, **fields, value=v, model=model))
+
+    bs = res.block_size
+    for b in t.boundary.to_dict("records"):
+        dt = b["kv_dtype"]
+        at = {"kv_dtype": dt, "n": 1}
+        budget = f"{b['kv_budget_bytes'] / 2**30:g} GiB of KV" if _finite(b.get("kv_budget_bytes")) else "KV budget"
+        add(
+            computed,
+            b["num_blocks_formula"],
+            metric="num_blocks_formula",
+            setting=f"{budget}, block {bs}",
+            unit="blocks",
+            **at,
+        )
+        add(
+            computed,
+            b["longest_formula"],
+            metric="longest_context_formula",
+            setting=f"{budget}, block {bs}",
+            unit="tokens",
+            **at,
+        )
+        add(measured, b["num_blocks_engine"], metric="num_blocks", setting=f"ramp, block {bs}", unit="blocks", **at)
+        add(measured, b["longest_engine"], metric="longest_context", setting="engine blocks", unit="tokens", **at)
+        add(
+            measured,
+            b["longest_measured"],
+            metric="longest_context",
+            setting="vLLM's estimate past the boundary",
+            unit="tokens",
+            **at,
+        )
+    for r in t.ramp.to_dict("records"):
+        if r.get("outcome") not in ("ok", "held", "preempted", "serialized") or not _finite(r.get("n")):
+            continue
+        at = {
+            "kv_dtype": r["kv_dtype"],
+            "setting": f"ramp, block {int(r['block_size'])}",
+            "concurrency": int(r["concurrency"]),
+            "context_len": int(r["length"]),
+            "n": int(r["n"]),
+        }
+        for col, (metric, unit, scale) in RAMP_METRICS.items():
+            v = _finite(r.get(col))
+            add(measured, None if v is None else v * scale, metric=metric, unit=unit, **at)
+        add(measured, r.get("preemptions"), metric="preemptions", unit="preemptions", **at)
+        add(measured, r.get("kv_usage_peak"), metric="kv_usage_peak", unit="fraction", **at)
+        mem = _finite(r.get("mem_peak_bytes"))
+        add(measured, None if mem is None else mem / 2**30, metric="mem_peak_gib", unit="GiB", **at)
+    for r in t.frontier.to_dict("records"):
+        at = {"kv_dtype": r["kv_dtype"], "context_len": int(r["length"]), "n": 1, "unit": "requests"}
+        add(computed, r["max_conc_formula"], metric="max_concurrency_formula", setting=f"formula, block {bs}", **at)
+        add(measured, r["max_conc_engine"], metric="max_concurrency", setting="engine blocks", **at)
+        add(measured, r["max_conc_measured"], metric="max_concurrency", setting="measured blocks per sequence", **at)
+    for r in t.blocksize.to_dict("records"):
+        if r.get("outcome") != "ok" or not _finite(r.get("n")):
+            continue
+        at = {
+            "kv_dtype": r["kv_dtype"],
+            "setting": f"block-size sweep, block {int(r['block_size'])}",
+            "concurrency": 1,
+            "context_len": int(r["length"]),
+            "n": int(r["n"]),
+        }
+        for col, (metric, unit, scale) in RAMP_METRICS.items():
+            if col != "itl_p95_s":
+                v = _finite(r.get(col))
+                add(measured, None if v is None else v * scale, metric=metric, unit=unit, **at)
+    return rows

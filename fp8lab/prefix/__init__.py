@@ -39,11 +39,12 @@ arithmetic of ``predict``, never ``run``):
 - :mod:`~fp8lab.prefix.run`: :func:`run_prefix` (the worker, :mod:`fp8lab.prefix_worker`) -> :class:`PrefixRun`;
   :func:`load`.
 - :mod:`~fp8lab.prefix.tables`: the tables from a run's rows (cells, sweep, knees, correctness).
-- :mod:`~fp8lab.prefix.summary`: :func:`summary`; :mod:`~fp8lab.prefix.verdict`: :data:`CLAIM`,
+- :mod:`~fp8lab.prefix.summary`: :func:`summary`, :func:`summary_rows` (the typed rows);
+  :mod:`~fp8lab.prefix.verdict`: :data:`CLAIM`,
   :func:`claim_verdict`, :func:`claim_evidence`, :func:`verdict`.
 - :mod:`~fp8lab.prefix.plots`: the notebook's figures (imported on its own: it loads matplotlib).
 - :mod:`~fp8lab.prefix.study`: the study contract (:mod:`fp8lab.study`) the notebook calls: ``Spec.from_params``,
-  ``run`` -> ``Results`` (``tables()``, ``summary()``, ``verdict()``, ``markdown()``).
+  ``run`` -> ``Results`` (``tables()``, ``summary()``, ``rows()``, ``verdict()``, ``markdown()``).
 
 Every public name is re-exported here (``from fp8lab import prefix as px; px.PrefixSpec(...)``); the functions
 ``summary`` and ``verdict`` shadow their submodules' names on the package (import those modules by their dotted
@@ -76,7 +77,7 @@ from fp8lab.prefix.spec import (  # noqa: F401
     WorkloadKind,
     parse_workloads,
 )
-from fp8lab.prefix.summary import summary  # the function shadows the submodule's name here
+from fp8lab.prefix.summary import summary, summary_rows  # summary: the function shadows the submodule's name
 from fp8lab.prefix.tables import (
     cell_table,
     compare_outputs,
@@ -110,6 +111,7 @@ __all__ = [
     "sim_hit_rate",
     "simulate",
     "summary",
+    "summary_rows",
     "sweep_table",
     "verdict",
 ]

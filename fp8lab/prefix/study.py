@@ -6,7 +6,7 @@ summary and verdict functions (it computes nothing of its own)::
 
     spec = s07.Spec.from_params(globals())
     res = s07.run(spec)
-    res.tables()["sweep"], res.summary(), res.verdict(), res.markdown()
+    res.tables()["sweep"], res.summary(), res.rows(), res.verdict(), res.markdown()
 
 The verdict: the field report's claim (the claims audit's claim 16, :data:`~fp8lab.prefix.verdict.CLAIM`) judged by
 :func:`~fp8lab.prefix.verdict.claim_verdict`, its words put on the audit's scale as the audit does
@@ -24,7 +24,7 @@ from typing import Any
 from fp8lab.prefix.predict import plan
 from fp8lab.prefix.run import PrefixRun, run_prefix
 from fp8lab.prefix.spec import PrefixSpec
-from fp8lab.prefix.summary import summary
+from fp8lab.prefix.summary import summary, summary_rows
 from fp8lab.prefix.tables import cell_table, correctness_table, knee_table, sweep_table
 from fp8lab.prefix.verdict import CLAIM, verdict
 from fp8lab.study import Verdict, VerdictWord
@@ -106,6 +106,12 @@ class Results:
     def summary(self) -> dict[str, Any]:
         """:func:`fp8lab.prefix.summary.summary` of the run: what the notebook records."""
         return self._summary
+
+    def rows(self) -> list[dict[str, Any]]:
+        """:func:`fp8lab.prefix.summary.summary_rows` of the run's sweep and knees: the typed rows the notebook
+        records beside the summary."""
+        t = self._tables
+        return summary_rows(self.run, t["sweep"], t["knees"], self.base, self.other)
 
     def verdict(self) -> tuple[Verdict, ...]:
         """The claim (audit claim 16) on this run's setting; the sentence says when the setting is a CPU analogue."""

@@ -1,8 +1,10 @@
 """Study 07's key numbers (:func:`summary`: what the notebook records and the claims audit reads), from a
-stored run through the tables and the prediction."""
+stored run through the tables and the prediction, and the same numbers as typed rows (:func:`summary_rows`,
+:mod:`fp8lab.summary_table`)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +92,91 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
     s["claim_verdict"] = claim_verdict(s, base, other)
     s["claim_evidence"] = claim_evidence(s, base, other)
     return s
+
+
+def _finite(v: Any) -> float | None:
+    """A finite number as a float, else None (None, NaN, pandas' NA, a string)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+#: ``device`` of the replay's rows (no engine).
+REPLAY = "any (vLLM's block pool replayed)"
+
+
+def summary_rows(
+    run: PrefixRun, sweep: Any = None, knees: Any = None, base: str = "auto", other: str = "fp8"
+) -> list[dict[str, Any]]:
+    """The study's typed rows (:mod:`fp8lab.summary_table`, study ``prefix_cache``) from the sweep and knee tables
+    (:func:`~fp8lab.prefix.tables.sweep_table`, :func:`~fp8lab.prefix.tables.knee_table`; computed when None):
+    ``subset`` the workload, ``concurrency`` the active conversations N, ``setting`` the serving (requests in flight,
+    block size). Per cell and kv dtype: ``prefix_hit_rate`` (fraction), ``ttft_mean`` (ms), ``n`` the paired
+    trials; the replay's ``prefix_hit_rate_predicted`` (evidence ``computed``); ``other`` against ``base``: the hit
+    rate's paired difference (pp), the TTFT and throughput (``output_tok_s``) paired ratios, each with its 95%
+    interval and ``detectable`` its half-width (TTFT: :func:`fp8lab.stats.detectable_pct` / 100), TTFT
+    ``beyond_noise`` when the interval excludes 1 and the change exceeds the noise floor. Per workload and dtype:
+    ``prefix_knee_predicted`` (the replay) and ``prefix_knee_measured`` (the last N held) in conversations."""
+    from fp8lab import summary_table as st
+
+    spec = run.spec
+    if sweep is None or knees is None:
+        cells = cell_table(run.rows)
+        sweep = sweep_table(cells, plan(spec), base, other)
+        knees = knee_table(run, sweep)
+    model = Path(spec.model).name
+    device = run.provenance.get("device")
+    setting = f"multi-turn, {spec.max_in_flight} in flight, block {spec.effective_block_size()}"
+    measured = {"study": "prefix_cache", "evidence": st.evidence_of(device, model), "device": device or "unknown"}
+    computed = {"study": "prefix_cache", "evidence": "computed", "device": REPLAY}
+    rows: list[dict[str, Any]] = []
+
+    def add(common: dict[str, Any], value: Any, **fields: Any) -> None:
+        v = _finite(value)
+        if v is not None:
+            rows.append(st.make_row(**common, **fields, value=v, model=model, setting=setting))
+
+    def ci(r: dict[str, Any], col: str) -> dict[str, Any]:
+        lo, hi = _finite(r.get(f"{col}_ci_low")), _finite(r.get(f"{col}_ci_high"))
+        if lo is None or hi is None:
+            return {}
+        return {"ci_low": lo, "ci_high": hi, "detectable": (hi - lo) / 2}
+
+    for r in _records(sweep):
+        pairs = _finite(r.get("n_pairs"))
+        at = {"subset": r["workload"], "concurrency": int(r["n_active"])}
+        n = {"n": int(pairs) if pairs else spec.trials}
+        for d in (base, other):
+            add(measured, r.get(f"{d}_hit_rate"), metric="prefix_hit_rate", kv_dtype=d, unit="fraction", **at, **n)
+            add(measured, r.get(f"{d}_ttft_ms"), metric="ttft_mean", kv_dtype=d, unit="ms", **at, **n)
+            add(
+                computed,
+                r.get(f"{d}_hit_rate_pred"),
+                metric="prefix_hit_rate_predicted",
+                kv_dtype=d,
+                unit="fraction",
+                n=1,
+                **at,
+            )
+        if not pairs:
+            continue
+        paired = {"kv_dtype": other, "baseline": base, **at, **n}
+        add(measured, r.get("dhit_pp"), metric="prefix_hit_rate", unit="pp", **paired, **ci(r, "dhit_pp"))
+        t_ci = ci(r, "ttft_ratio")
+        ratio, noise = _finite(r.get("ttft_ratio")), _finite(r.get("ttft_noise_pct"))
+        det = _finite(r.get("ttft_detectable_pct"))
+        if t_ci:
+            t_ci["detectable"] = None if det is None else det / 100
+            if ratio is not None and noise is not None:
+                t_ci["beyond_noise"] = bool(
+                    (t_ci["ci_high"] < 1 or t_ci["ci_low"] > 1) and abs(ratio - 1) * 100 > noise
+                )
+        add(measured, ratio, metric="ttft_mean", unit="ratio", **paired, **t_ci)
+        add(measured, r.get("tput_ratio"), metric="output_tok_s", unit="ratio", **paired, **ci(r, "tput_ratio"))
+    for k in _records(knees):
+        at = {"kv_dtype": k["kv_dtype"], "subset": k["workload"], "unit": "conversations"}
+        add(computed, k.get("knee_simulated"), metric="prefix_knee_predicted", n=1, **at)
+        add(measured, k.get("measured_last_held"), metric="prefix_knee_measured", n=spec.trials, **at)
+    return rows

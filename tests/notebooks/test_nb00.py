@@ -57,3 +57,21 @@ def test_engines_on_record(nb00):
     assert "00_kv_memory" in r["studies"] and r["compared"] >= 2
     assert r["exact"] == r["compared"], r
     assert 1536 * 128 in r["page_sizes"]  # the shipped model: 1,536 B/token in fp8, at the CPU block size 128
+
+
+def test_rows_recorded_beside_the_summary(nb00):
+    """The typed rows notebook 00 records (issue 16) carry the summary's numbers: bytes per token by the formula,
+    the engines' blocks measured here (evidence: a CPU analogue) and the engines on record."""
+    from fp8lab import summary_table as st
+
+    entry, out = nb00
+    s = entry["summary"]
+    rows = st.read_rows(out / "00_kv_memory_estimation.rows.json")  # validated on read as on write
+    assert st.read_parquet(out / "00_kv_memory_estimation.rows.parquet") == rows
+    r = st.one(rows, metric="kv_bytes_per_token", kv_dtype="fp8", model="fp8lab-tiny-qwen3", baseline=None)
+    assert r["value"] == s["bytes_per_token"]["fp8"] == 1536 and r["evidence"] == "computed"
+    for d in ("auto", "fp8"):
+        e = st.one(rows, metric="num_blocks", kv_dtype=d, baseline=None)
+        assert e["value"] == s["measured"][d]["engine_blocks"] and e["evidence"] == "cpu analogue"
+    rec = st.one(rows, metric="formula_exact_share")
+    assert rec["n"] == s["records"]["compared"] and rec["value"] == 1.0

@@ -10,7 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from fp8lab.capacity import _run_dirs
+from fp8lab.capacity.records import run_dirs
 from fp8lab.engine import EngineResult
 from fp8lab.results import _final, collect, phase_table, run_lock, save
 
@@ -40,7 +40,7 @@ def test_half_written_runs_are_never_read_as_runs(tmp_path):
         shutil.copytree(tmp_path / "study" / "good", tmp_path / "study" / partial)
     assert list(collect("study", tmp_path).run_id) == ["good"]
     assert set(phase_table("study", tmp_path).run_id) == {"good"}
-    assert [d.name for d in _run_dirs(tmp_path, tmp_path / "scratch")] == ["good"]
+    assert [d.name for d in run_dirs(tmp_path, tmp_path / "scratch")] == ["good"]
     assert not _final(tmp_path / "study" / "bad")
 
 

@@ -120,4 +120,4 @@ def test_archives_without_the_tarfile_data_filter(tmp_path, monkeypatch):
             info.size = 2
             tf.addfile(info, io.BytesIO(b"{}"))
     with tarfile.open(bad) as tf:
-        assert [m.name for m in capacity._run_members(tf)] == ["ok/r/spec.json"]
+        assert [m.name for m in capacity.records.run_members(tf)] == ["ok/r/spec.json"]

@@ -1,7 +1,7 @@
-"""The studies split into subpackages (issue 16: ``fp8lab/longctx/``, ``fp8lab/prefix/``): every name the former
-single modules offered is still on the package, the functions whose names match a submodule (``px.summary``,
-``px.verdict``, ``lc.tables``) stay the functions, the modules import downwards only (``spec`` never imports
-``run`` or a table), each stays under about 600 lines, and importing a study does not load matplotlib."""
+"""The studies split into subpackages (issue 16: ``fp8lab/capacity/``, ``fp8lab/longctx/``, ``fp8lab/prefix/``):
+every name the former single modules offered is still on the package, the functions whose names match a submodule
+(``px.summary``, ``px.verdict``, ``lc.tables``) stay the functions, the modules import downwards only (``spec`` never
+imports ``run`` or a table), each stays under about 600 lines, and importing a study does not load matplotlib."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ import pytest
 from fp8lab.paths import REPO_ROOT
 
 #: The public names notebooks, tests, scripts, fp8lab/prefix_worker.py and the audit use, or that the former modules
-#: defined (fp8lab/longctx.py and fp8lab/prefix.py before the split).
+#: defined (fp8lab/capacity.py, fp8lab/longctx.py and fp8lab/prefix.py before the split).
 PUBLIC = {
+    "capacity": """COLUMNS NOT_RUN RECORD_COLUMNS capacity_check check_record_roots records_check records_markdown
+        summarize summarize_records verdict_markdown CapacitySpec CapacityRun run_capacity summary summary_rows
+        tables verdicts""",
     "longctx": """BASELINE EMULATED_ROLE GROWTH_METRICS LongCtxPlan LongCtxResult NULL_BLOCKS STUDY Tables blocks_for
         blocksize_table boundary_table capacity_frontier claims crossover_table divergence_by_position
         divergence_table divergence_trend fit_growth fit_phases fitted fitted_crossover frontier_at_budgets
@@ -33,6 +36,7 @@ PUBLIC = {
 }
 #: Submodules of each study that the spec must never import (the spec sits at the bottom of its study).
 ABOVE_SPEC = {
+    "capacity": {"check", "records", "run", "tables", "verdict", "summary", "plots"},
     "longctx": {"run", "ramp", "growth", "divergence", "tables", "verdict", "summary", "plots"},
     "prefix": {"run", "tables", "verdict", "summary", "plots", "prompts"},
 }
@@ -47,16 +51,26 @@ def test_the_package_offers_every_former_public_name(study):
 
 
 def test_functions_named_like_a_submodule_stay_functions():
+    from fp8lab import capacity as cap
     from fp8lab import longctx as lc
     from fp8lab import prefix as px
 
-    for name in ("fp8lab.longctx.tables", "fp8lab.prefix.summary", "fp8lab.prefix.verdict"):
+    for name in (
+        "fp8lab.longctx.tables",
+        "fp8lab.prefix.summary",
+        "fp8lab.prefix.verdict",
+        "fp8lab.capacity.tables",
+        "fp8lab.capacity.summary",
+        "fp8lab.capacity.study",
+    ):
         mod = importlib.import_module(name)  # importing the submodule again must not rebind the package's name
         assert mod.__name__ == name and mod.__file__.endswith(name.rsplit(".", 1)[1] + ".py")
     assert callable(lc.tables) and lc.tables.__name__ == "tables" and isinstance(lc.Tables, type)
     assert callable(px.summary) and px.summary.__name__ == "summary"
     assert callable(px.verdict) and px.verdict.__name__ == "verdict"
-    assert set(px.__all__) <= set(dir(px)) and set(lc.__all__) <= set(dir(lc))
+    assert callable(cap.tables) and cap.tables.__name__ == "tables"
+    assert callable(cap.summary) and cap.summary.__name__ == "summary"
+    assert set(px.__all__) <= set(dir(px)) and set(lc.__all__) <= set(dir(lc)) and set(cap.__all__) <= set(dir(cap))
 
 
 def _imports(path) -> set[str]:
@@ -105,7 +119,7 @@ def test_modules_import_downwards_only_and_stay_small(study):
 
 def test_importing_a_study_loads_neither_matplotlib_nor_vllm():
     code = (
-        "import sys, fp8lab.longctx, fp8lab.prefix; "
+        "import sys, fp8lab.capacity, fp8lab.longctx, fp8lab.prefix; "
         "print(sorted(m for m in ('matplotlib', 'vllm', 'torch') if m in sys.modules))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
