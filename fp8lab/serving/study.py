@@ -168,7 +168,7 @@ class Results:
                     claim_id=cid,
                     claim=by_id[cid].text,
                     verdict=word,  # type: ignore[arg-type]  # the audit's scale (a unit test keeps them equal)
-                    sentence=f"Claim '{by_id[cid].text}': {word} on this run ({rep.setting(NAME[:2]).text}): {why}.",
+                    sentence=f"Claim '{by_id[cid].text.rstrip('.')}': {word} on this run ({rep.setting(NAME[:2]).text}): {why}.",
                     n=n,
                     detectable=f.detectable or None,
                 )

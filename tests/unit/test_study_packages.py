@@ -61,10 +61,9 @@ def test_the_package_offers_every_former_public_name(study):
 
 
 def test_functions_named_like_a_submodule_stay_functions():
+    from fp8lab import decode, serving
     from fp8lab import longctx as lc
     from fp8lab import prefix as px
-
-    from fp8lab import decode, serving
 
     for name in (
         "fp8lab.longctx.tables",
