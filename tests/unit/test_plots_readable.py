@@ -19,7 +19,7 @@ def _overlaps(fig, ax) -> list[tuple[str, str]]:
 
 
 def test_itl_cdf_ticks_do_not_overlap_within_a_decade():
-    from fp8lab.plots_serving import itl_cdf
+    from fp8lab.serving.plots import itl_cdf
 
     rng = np.random.default_rng(0)
     itl = pd.DataFrame(

@@ -30,7 +30,13 @@ from fp8lab.specs import spec_hash
 
 # ------------------------------------------------------------------------------------------ the contract itself
 def test_every_registered_study_satisfies_the_contract():
-    assert set(study.STUDIES) == {"00_kv_memory_estimation", "04_long_context_ramp_128k", "07_prefix_cache"}
+    assert set(study.STUDIES) == {
+        "00_kv_memory_estimation",
+        "01_kv_dtype_auto_vs_fp8",
+        "04_long_context_ramp_128k",
+        "06_decode_speed",
+        "07_prefix_cache",
+    }
     for name in study.STUDIES:
         mod = study.load(name)
         assert study.missing(mod) == [] and study.check(mod) is mod
@@ -68,8 +74,7 @@ def test_check_names_the_missing_member(member):
 
 def test_load_refuses_an_unregistered_study():
     with pytest.raises(
-        KeyError,
-        match=re.escape("registered are 00_kv_memory_estimation | 04_long_context_ramp_128k | 07_prefix_cache"),
+        KeyError, match=re.escape("registered are 00_kv_memory_estimation | 01_kv_dtype_auto_vs_fp8 | 04_long")
     ):
         study.load("08_nothing")
 

@@ -1,7 +1,8 @@
-"""The studies split into subpackages (issue 16: ``fp8lab/capacity/``, ``fp8lab/longctx/``, ``fp8lab/prefix/``):
-every name the former single modules offered is still on the package, the functions whose names match a submodule
-(``px.summary``, ``px.verdict``, ``lc.tables``) stay the functions, the modules import downwards only (``spec`` never
-imports ``run`` or a table), each stays under about 600 lines, and importing a study does not load matplotlib."""
+"""The studies split into subpackages (issue 16: ``fp8lab/capacity/``, ``fp8lab/longctx/``, ``fp8lab/prefix/``,
+``fp8lab/serving/``, ``fp8lab/decode/``): every name the former single modules offered is still on the package, the
+functions whose names match a submodule (``px.summary``, ``px.verdict``, ``lc.tables``) stay the functions, the
+modules import downwards only (``spec`` never imports ``run`` or a table), each stays under about 600 lines, and
+importing a study does not load matplotlib."""
 
 from __future__ import annotations
 
@@ -33,12 +34,25 @@ PUBLIC = {
         cell_table claim_evidence claim_verdict compare_outputs conversation_blocks conversation_pool
         correctness_table knee_formula knee_simulated knee_table load measured_knee parse_workloads plan
         run_prefix sim_hit_rate simulate summary sweep_table verdict""",
+    "serving": """Arrival DEFAULT_BLOCK_SIZE DELTA_COLUMNS ENGINE_COLUMNS Metric ROW_METRICS STUDY ServingPlan ServingResult
+        ServingSpec attribute_shared_memory bench_args build_phases capacity_ladder capacity_search capacity_table
+        concurrency_limit default_block_size delta_line delta_row delta_table engine_table estimate_seconds
+        fidelity_check fidelity_line fidelity_summary headline_metrics itl_frame kv_usage_timeline latency_summary
+        main mean_context method_table min_requests noise_floor_table open_loop_schedule open_loop_table
+        paired_schedule phase_meta phase_payload phase_records plan_from_params predicted_blocks preemption_line
+        profile_estimate require_ok resolve_concurrency roofline_measured roofline_tables run_device
+        run_fp8lab_offline run_study run_vllm_bench schedule_table summary_rows summary_values throughput_table
+        trial_order verdict _per_trial _tput_point""",
+    "decode": """ANCHORS PROTOCOL STUDY DecodeRun DecodeSpec capacity_table crossover_table find_run fit_table load margin
+        plan point_table roofline_table run_decode store_bandwidth summary summary_rows verdict""",
 }
 #: Submodules of each study that the spec must never import (the spec sits at the bottom of its study).
 ABOVE_SPEC = {
     "capacity": {"check", "records", "run", "tables", "verdict", "summary", "plots"},
     "longctx": {"run", "ramp", "growth", "divergence", "tables", "verdict", "summary", "plots"},
     "prefix": {"run", "tables", "verdict", "summary", "plots", "prompts"},
+    "serving": {"schedule", "estimate", "paired", "run", "tables", "deltas", "verdict", "summary", "fidelity", "plots"},
+    "decode": {"run", "tables", "verdict", "summary", "plots"},
 }
 MAX_LINES = 600
 
@@ -52,6 +66,7 @@ def test_the_package_offers_every_former_public_name(study):
 
 def test_functions_named_like_a_submodule_stay_functions():
     from fp8lab import capacity as cap
+    from fp8lab import decode, serving
     from fp8lab import longctx as lc
     from fp8lab import prefix as px
 
@@ -62,6 +77,9 @@ def test_functions_named_like_a_submodule_stay_functions():
         "fp8lab.capacity.tables",
         "fp8lab.capacity.summary",
         "fp8lab.capacity.study",
+        "fp8lab.serving.verdict",
+        "fp8lab.decode.summary",
+        "fp8lab.decode.verdict",
     ):
         mod = importlib.import_module(name)  # importing the submodule again must not rebind the package's name
         assert mod.__name__ == name and mod.__file__.endswith(name.rsplit(".", 1)[1] + ".py")
@@ -70,7 +88,11 @@ def test_functions_named_like_a_submodule_stay_functions():
     assert callable(px.verdict) and px.verdict.__name__ == "verdict"
     assert callable(cap.tables) and cap.tables.__name__ == "tables"
     assert callable(cap.summary) and cap.summary.__name__ == "summary"
-    assert set(px.__all__) <= set(dir(px)) and set(lc.__all__) <= set(dir(lc)) and set(cap.__all__) <= set(dir(cap))
+    assert callable(serving.verdict) and serving.verdict.__name__ == "verdict"
+    assert callable(decode.summary) and decode.summary.__name__ == "summary"
+    assert callable(decode.verdict) and decode.verdict.__name__ == "verdict"
+    for pkg in (px, lc, cap, serving, decode):
+        assert set(pkg.__all__) <= set(dir(pkg))
 
 
 def _imports(path) -> set[str]:
@@ -119,7 +141,7 @@ def test_modules_import_downwards_only_and_stay_small(study):
 
 def test_importing_a_study_loads_neither_matplotlib_nor_vllm():
     code = (
-        "import sys, fp8lab.capacity, fp8lab.longctx, fp8lab.prefix; "
+        "import sys, fp8lab.capacity, fp8lab.longctx, fp8lab.prefix, fp8lab.serving.study, fp8lab.decode.study; "
         "print(sorted(m for m in ('matplotlib', 'vllm', 'torch') if m in sys.modules))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)

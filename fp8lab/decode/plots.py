@@ -10,7 +10,7 @@ from fp8lab.plots import kv_palette, theme
 
 def step_vs_context(points: Any, fits: Any, base: str = "auto", other: str = "fp8") -> Any:
     """Mean decode step (ms) against context, one panel per batch, both dtypes, with each dtype's fitted
-    line (:func:`fp8lab.decode.fit_table`). Axes start at zero, so a small difference looks small."""
+    line (:func:`fp8lab.decode.tables.fit_table`). Axes start at zero, so a small difference looks small."""
     import numpy as np
 
     plt, _ = theme()

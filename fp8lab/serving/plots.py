@@ -1,6 +1,6 @@
 """Plots of the serving study (notebook 01). Each function takes the tidy tables of
-:mod:`fp8lab.serving`, draws one figure and returns it; nothing here computes a number that is not in
-the table it is given (except the empirical CDF, a sort)."""
+:mod:`fp8lab.serving.tables` and :mod:`fp8lab.serving.deltas`, draws one figure and returns it; nothing here
+computes a number that is not in the table it is given (except the empirical CDF, a sort)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,241 @@
+"""Run (or load, or resume) Study 06: :func:`run_decode` starts one worker per GPU group
+(:mod:`fp8lab.decode_worker`) and leaves a stored run (:class:`DecodeRun`, read by :func:`load`); :func:`find_run`
+finds a spec's run in a store or an archive measured elsewhere; :func:`store_bandwidth` keeps the roofline's
+bandwidth with the run."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fp8lab import kvmath
+from fp8lab.decode.spec import STUDY, DecodeSpec, margin, plan
+from fp8lab.paths import runs_dir
+from fp8lab.specs import SpecError, spec_hash
+
+
+def _shards(spec: DecodeSpec, points: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Points per worker: whole batches to one GPU group each (a batch's fit then stays on one device),
+    the costliest batch first to the least loaded group."""
+    groups = spec.gpu_groups or ((),)
+    load = [0.0] * len(groups)
+    out: list[list[tuple[int, int]]] = [[] for _ in groups]
+    by_batch: dict[int, list[tuple[int, int]]] = {}
+    for b, c in points:
+        by_batch.setdefault(b, []).append((b, c))
+    cost = {b: sum(b * c * (1 + c / 32768) for _, c in pts) for b, pts in by_batch.items()}
+    for b in sorted(by_batch, key=lambda k: -cost[k]):
+        i = load.index(min(load))
+        out[i].extend(by_batch[b])
+        load[i] += cost[b]
+    return out
+
+
+def _read_rows(run_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for f in sorted(run_dir.glob("g*/rows.jsonl")):
+        group = f.parent.name
+        for line in f.read_text().splitlines():
+            try:
+                rows.append({**json.loads(line), "group": group})
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+    return rows
+
+
+def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) -> DecodeRun:
+    """Measure (or load, or resume) the grid of ``spec`` in the results store ``root`` (default: runs/)."""
+    from fp8lab import results
+
+    desc = spec.descriptor()
+    rd = (root or runs_dir()) / STUDY / spec_hash(desc)
+    if results.store_only() and not (rd / "spec.json").exists():  # a re-render: the run under another vLLM/code
+        kept = results.stored_elsewhere(rd, desc)
+        if kept is not None:
+            return load(kept)
+    for d in spec.kv_dtypes:  # this machine's paths, before any worker starts (a stored spec is not checked)
+        spec.engine_spec(d).check_paths()
+    if force and rd.exists():
+        import shutil
+
+        shutil.rmtree(rd)
+    rd.mkdir(parents=True, exist_ok=True)
+    (rd / "spec.json").write_text(json.dumps(desc, indent=2, sort_keys=True))
+    if (rd / "complete.json").exists():
+        return load(rd)
+    grid = plan(spec)
+    points = [(int(r.batch), int(r.context_len)) for r in grid.itertuples() if r.measure]
+    done = [[r["batch"], r["context_len"], r["rep"], r["kv_dtype"]] for r in _read_rows(rd) if r.get("rep", -1) >= 0]
+    lay = kvmath.load_layout(spec.engine_spec(spec.kv_dtypes[0]).model)
+    engine_specs = [spec.engine_spec(d).to_dict() for d in spec.kv_dtypes]
+    from fp8lab import decode_worker
+    from fp8lab.engine import _kill_group, _reap_descendants, worker_context
+
+    ctx = worker_context()
+
+    procs = []
+    t0 = time.perf_counter()
+    for i, pts in enumerate(_shards(spec, points)):
+        if not pts:
+            continue
+        gdir = rd / f"g{i}"
+        gdir.mkdir(exist_ok=True)
+        env = dict(spec.env)
+        if spec.gpu_groups:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpu_groups[i]))
+        p = {
+            "points": pts,
+            "margins": [margin(spec, b, c) for b, c in pts],
+            "reps": spec.reps,
+            "decode_tokens": spec.decode_tokens,
+            "warmup": spec.warmup,
+            "seed": spec.seed,
+            "vocab": int(lay.config["vocab_size"]),
+            "concurrent": spec.concurrent_engines,
+            "done": done,
+            "engine_args": spec.engine_args,
+        }
+        proc = ctx.Process(
+            target=decode_worker.entry,
+            name=f"fp8lab-decode-g{i}",
+            args=(str(gdir / "worker.log"), env, engine_specs, p, str(gdir)),
+        )
+        proc.start()
+        procs.append(proc)
+    for proc in procs:
+        proc.join(timeout=max(spec.timeout_s - (time.perf_counter() - t0), 1.0))
+        if proc.is_alive():
+            _reap_descendants(proc.pid)
+        _kill_group(proc.pid)
+        _reap_descendants(proc.pid)
+        proc.join(timeout=10)
+    run = load(rd)
+    if run.missing_points().empty or run.all_engines_failed():
+        (rd / "complete.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
+        run.complete = True
+    return run
+
+
+@dataclass
+class DecodeRun:
+    """A stored decode run: its spec descriptor, measurement rows and engine facts per worker."""
+
+    run_dir: Path
+    descriptor: dict[str, Any]
+    rows: Any
+    engines: dict[str, dict[str, Any]]
+    provenance: dict[str, Any]
+    complete: bool
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.descriptor["spec"]
+
+    def all_engines_failed(self) -> bool:
+        return bool(self.engines) and all(e.get("status") != "ok" for e in self.engines.values())
+
+    def measured(self) -> Any:
+        """Measurement rows after warm-up, the last row kept where a point was measured twice (a resume)."""
+        r = self.rows
+        if r.empty:
+            return r
+        r = r[r.rep >= 0].drop_duplicates(["batch", "context_len", "rep", "kv_dtype"], keep="last")
+        return r.assign(step_ms=r.step_s * 1e3)
+
+    def missing_points(self) -> Any:
+        import pandas as pd
+
+        spec = DecodeSpec(**{**self.spec, "gpu_groups": self.spec.get("gpu_groups")})
+        grid = plan(spec)
+        want = grid[grid.measure]
+        m = self.measured()
+        ok = {d for d, e in self.engines.items() if e.get("status") == "ok"} or set(spec.kv_dtypes)
+        have = (
+            m[m.kv_dtype.isin(ok)].groupby(["batch", "context_len"]).size().rename("n").reset_index()
+            if not m.empty
+            else pd.DataFrame(columns=["batch", "context_len", "n"])
+        )
+        merged = want.merge(have, on=["batch", "context_len"], how="left").fillna({"n": 0})
+        return merged[merged.n < spec.reps * len(ok)]
+
+
+def load(run_dir: Path) -> DecodeRun:
+    """Read a stored decode run (complete or not)."""
+    import pandas as pd
+
+    desc = json.loads((run_dir / "spec.json").read_text())
+    engines: dict[str, dict[str, Any]] = {}
+    prov: dict[str, Any] = {}
+    for f in sorted(run_dir.glob("g*/engines.json")):
+        e = json.loads(f.read_text())
+        prov = prov or e.get("provenance", {})
+        for d, facts in e.get("engines", {}).items():
+            engines.setdefault(d, {**facts, "groups": []})["groups"].append(f.parent.name)
+            if facts.get("status") != "ok":
+                engines[d].update(status=facts.get("status"), error=facts.get("error"))
+    from fp8lab.results import note_run
+
+    note_run(run_dir, prov, "complete" if (run_dir / "complete.json").exists() else "partial")
+    return DecodeRun(
+        run_dir, desc, pd.DataFrame(_read_rows(run_dir)), engines, prov, (run_dir / "complete.json").exists()
+    )
+
+
+def find_run(records: str | Path, spec: DecodeSpec, scratch: str | Path | None = None) -> DecodeRun:
+    """The stored run of ``spec`` in ``records`` (a results store, or a ``.tar.gz`` of one, or a folder of such
+    archives), whatever vLLM version measured it: for reports rendered on another machine than the one
+    that measured. Raises :class:`SpecError` naming the specs on record when none matches."""
+    import tarfile
+    import tempfile
+
+    root = Path(records)
+    if not root.exists():
+        raise SpecError(
+            "notebook", "RECORDS", str(records), "an existing results store, .tar.gz of one, or folder of them"
+        )
+    archives = [root] if root.is_file() else sorted(root.glob("*.tar.gz"))
+    bases = [] if root.is_file() else [root]
+    for a in archives:
+        dest = Path(scratch or tempfile.mkdtemp(prefix="fp8lab-decode-")) / a.name.removesuffix(".tar.gz")
+        with tarfile.open(a) as tf:
+            members = [m for m in tf.getmembers() if m.isfile() and not m.name.startswith("/") and ".." not in m.name]
+            tf.extractall(dest, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        bases.append(dest)
+    placement = ("env", "gpu_groups")  # where it ran, not what was measured
+
+    def measured_as(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if k not in placement}
+
+    want = measured_as(spec.descriptor()["spec"])
+    seen = []
+    for base in bases:
+        for sj in sorted(base.rglob(f"{STUDY}/*/spec.json")):
+            got = json.loads(sj.read_text())
+            have = measured_as(DecodeSpec(**got["spec"]).descriptor()["spec"])
+            if have == want:
+                return load(sj.parent)
+            seen.append(sj.parent.name)
+    raise SpecError(
+        "notebook",
+        "RECORDS",
+        str(records),
+        f"a store holding a {STUDY} run of this spec (runs there: {', '.join(seen) or 'none'})",
+    )
+
+
+def store_bandwidth(run: DecodeRun, value: float | str | None = None) -> dict[str, Any]:
+    """The memory bandwidth for the roofline: ``value`` (GB/s) when given; else the figure stored with the run
+    (``bandwidth.json``, measured on the machine that ran it); else measured here and stored
+    (:func:`fp8lab.bandwidth.resolve_bandwidth`)."""
+    from fp8lab.bandwidth import resolve_bandwidth
+
+    path = run.run_dir / "bandwidth.json"
+    if value is None and path.exists():
+        return json.loads(path.read_text())
+    bw = resolve_bandwidth(value)
+    if value is None:
+        path.write_text(json.dumps(bw, indent=2, default=str))
+    return bw
