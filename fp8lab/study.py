@@ -129,6 +129,7 @@ class Study(Protocol):
 #: The registered studies: notebook stem -> the module that implements :class:`Study` (imported by :func:`load`).
 STUDIES: dict[str, str] = {
     "04_long_context_ramp_128k": "fp8lab.longctx.study",
+    "05_claims_audit": "fp8lab.audit.study",
     "07_prefix_cache": "fp8lab.prefix.study",
 }
 

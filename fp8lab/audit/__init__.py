@@ -119,6 +119,7 @@ from fp8lab.audit.rules_longctx import (  # noqa: F401
     CLAIM12_CONTEXT,
     CLAIM12_RATIO,
     LIMITED,
+    block_size_finding,
     rule_128k_throughput,
     rule_block_size,
     rule_chunked_prefill,

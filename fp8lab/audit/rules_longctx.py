@@ -5,8 +5,10 @@ long requests' TPOT (17), throughput at 128K (22), chunked prefill (23) and rand
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
-from fp8lab.audit.evidence import Evidence, Missing, Report
+from fp8lab.audit.evidence import Evidence, Missing, Report, Setting
 from fp8lab.audit.readers import _candidate, _gain, _pct, decode_detectable, decode_grid, physics_step_cut, ramp_noise
 from fp8lab.audit.rules_serving import CLAIM13
 from fp8lab.audit.scale import (
@@ -143,7 +145,15 @@ def rule_block_size(rep: Report) -> Finding:
     E2E with block 16 (the ramp engine's one-at-a-time request counts as its block size's point), as a change
     (ratio - 1) with the ramp's own detectable effect (ramp_noise) either side, judged against the claimed
     x0.46 (-54%) by `judge`. A sweep shorter than 120K tokens is nearest evidence only (inconclusive at best)."""
-    s = rep.study("04")
+    return block_size_finding(rep.study("04"), rep.setting("04"))
+
+
+def block_size_finding(s: Mapping[str, Any], setting: Setting | None = None) -> Finding:
+    """Claim 12a judged on one Study 04 summary ``s`` (its ``{dtype}.bs{B}.L{L}.*`` sweep keys, the ramp's
+    ``block_size``, ``{dtype}.c1.L{L}.e2e_p50_s`` points and fits), run in ``setting``: :func:`rule_block_size`'s
+    text. The one judgment of the claim: the audit applies it to each report's Study 04, and Study 04's own verdict
+    (:meth:`fp8lab.longctx.study.Results.verdict`) to the summary it records, so the two cannot disagree on the same
+    run. Raises :class:`~fp8lab.audit.evidence.Missing` without a sweep or without the ramp's fits."""
     e2e: dict[tuple[str, int], dict[int, float]] = {}
     for k, v in s.items():
         if (m := _BS_KEY.match(k)) and v == "ok" and s.get(f"{m['dt']}.bs{m['b']}.L{m['L']}.e2e_p50_s") is not None:
@@ -175,7 +185,7 @@ def rule_block_size(rep: Report) -> Finding:
         )
         details[dt] = {"length": L, "ref_block": ref, "ratio": points[256] / points[ref], "outcome": out}
     if not outs:
-        return finding(NOT_TESTABLE, "no block 256 vs smaller pair ran", "", details, setting=rep.setting("04"))
+        return finding(NOT_TESTABLE, "no block 256 vs smaller pair ran", "", details, setting=setting)
     v = parts_verdict(outs)
     longest = max(x["length"] for x in details.values())
     on = (
@@ -183,7 +193,7 @@ def rule_block_size(rep: Report) -> Finding:
         + "; "
         + ", ".join(f"{k} {o}" for k, o in outs.items())
     )
-    return finding(v, "; ".join(text), on, {"parts": outs, **details}, setting=rep.setting("04"), detectable=dtext)
+    return finding(v, "; ".join(text), on, {"parts": outs, **details}, setting=setting, detectable=dtext)
 
 
 @rule("12b")

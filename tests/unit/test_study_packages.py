@@ -30,11 +30,24 @@ PUBLIC = {
         cell_table claim_evidence claim_verdict compare_outputs conversation_blocks conversation_pool
         correctness_table knee_formula knee_simulated knee_table load measured_knee parse_workloads plan
         run_prefix sim_hit_rate simulate summary sweep_table verdict""",
+    # the claims audit (fp8lab/audit.py before the split): what notebooks, tests and scripts use, and its __all__
+    "audit": """ARITHMETIC AuditSpec CLAIM15_OPTIONS CLAIM5 CLAIMS CLAIMS_BY_ID COMPUTATION CONFIRMED CPU_EVIDENCE
+        DYNAMIC_CHANGES_KEY Evidence Finding GPU_EVIDENCE INCONCLUSIVE Missing NOT_TESTABLE PHYSICS PREFIX_VERDICTS
+        REFUTED RULES Report Rule SERVING_DELTAS Setting VERDICTS audit block_size_finding calibration_scale_diffs
+        claimed_kv_bytes_per_token combine decide decode_detectable decode_grid default_configs details_markdown
+        evidence_frame format_facts headline judge links load_evidence load_options load_report option_exists
+        options_table parts_verdict quality_top3 ramp_noise rows_note rule_128k_throughput rule_32_token_calibration
+        rule_block_size rule_gain_at_batch_1 rule_long_speed rule_long_tpot rule_loss_grows_with_batch rule_mix
+        rule_top3_band rule_top3_threshold rule_total_memory rule_ttft_spread safe study_setting styled
+        summary_values verdict_frame verdict_markdown""",
 }
+#: The audit's rule modules, by topic.
+RULE_TOPICS = ("memory", "serving", "longctx", "quality", "facts")
 #: Submodules of each study that the spec must never import (the spec sits at the bottom of its study).
 ABOVE_SPEC = {
     "longctx": {"run", "ramp", "growth", "divergence", "tables", "verdict", "summary", "plots"},
     "prefix": {"run", "tables", "verdict", "summary", "plots", "prompts"},
+    "audit": {"run", "tables", "verdict", "summary", "readers", "study", *(f"rules_{t}" for t in RULE_TOPICS)},
 }
 MAX_LINES = 600
 
@@ -105,7 +118,7 @@ def test_modules_import_downwards_only_and_stay_small(study):
 
 def test_importing_a_study_loads_neither_matplotlib_nor_vllm():
     code = (
-        "import sys, fp8lab.longctx, fp8lab.prefix; "
+        "import sys, fp8lab.longctx, fp8lab.prefix, fp8lab.audit, fp8lab.audit.study; "
         "print(sorted(m for m in ('matplotlib', 'vllm', 'torch') if m in sys.modules))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
