@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 
-# ------------------------------------------------------------------------------------------------ claims
 @dataclass(frozen=True)
 class Claim:
     """One claim of the field reports: ``id`` (a number, with a letter where one report sentence holds two

@@ -29,7 +29,6 @@ from fp8lab.audit.scale import (
 from fp8lab.paths import CONFIGS_DIR, MODELS_DIR
 
 
-# =========================================================================================== the rules
 # ---------------------------------------------------------------------------------------------- claims 1, 2
 def claimed_kv_bytes_per_token(layout: kvmath.KVLayout, dtype_bytes: int = 2) -> int:
     """The claim's formula for one token of one sequence: 2 x layers x attention heads x head_dim x bytes."""

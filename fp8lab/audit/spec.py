@@ -13,7 +13,6 @@ from fp8lab.audit.evidence import OPTIONS_GLOB, Evidence, _resolve, load_evidenc
 from fp8lab.specs import SpecError, check_bool
 
 
-# ============================================================================================ notebook spec
 @dataclass(frozen=True)
 class AuditSpec:
     """Notebook 05's parameters. ``report_dir``: this profile's report folder (None: ``$FP8LAB_REPORT_DIR``,

@@ -12,7 +12,6 @@ from fp8lab.audit.readers import ROW_STUDIES
 from fp8lab.audit.scale import CONFIRMED, INCONCLUSIVE, NOT_TESTABLE, REFUTED
 from fp8lab.paths import REPO_ROOT
 
-# ============================================================================================== display
 VERDICT_COLORS: Mapping[str, str] = {
     CONFIRMED: "#d8f0d8",
     REFUTED: "#f6d5d5",

@@ -1,7 +1,7 @@
-"""The studies split into subpackages (issue 16: ``fp8lab/longctx/``, ``fp8lab/prefix/``): every name the former
-single modules offered is still on the package, the functions whose names match a submodule (``px.summary``,
-``px.verdict``, ``lc.tables``) stay the functions, the modules import downwards only (``spec`` never imports
-``run`` or a table), each stays under about 600 lines, and importing a study does not load matplotlib."""
+"""The studies split into subpackages (issue 16: ``fp8lab/longctx/``, ``fp8lab/prefix/``, ``fp8lab/audit/``):
+every name the former single modules offered is still on the package, the functions whose names match a submodule
+(``px.summary``, ``px.verdict``, ``lc.tables``) stay the functions, the modules import downwards only (``spec`` never
+imports ``run`` or a table), each stays under about 600 lines, and importing a study does not load matplotlib."""
 
 from __future__ import annotations
 
