@@ -45,6 +45,7 @@ The audit is one subpackage, one concept per module (arrows point down only; the
 - the rules by topic: :mod:`~fp8lab.audit.rules_memory` (1-4, 20, 21), :mod:`~fp8lab.audit.rules_serving` (5, 7, 8,
   13a, 16, 24), :mod:`~fp8lab.audit.rules_longctx` (6, 12, 13b, 17, 22, 23, 28),
   :mod:`~fp8lab.audit.rules_quality` (9-11, 14, 27), :mod:`~fp8lab.audit.rules_facts` (15, 18, 19, 25, 26).
+  Claim 12a's judgment (:func:`block_size_finding`, on one Study 04 summary) is Study 04's own verdict too.
 - :mod:`~fp8lab.audit.run`: :func:`audit` (registers every rule, in the claims' order), :func:`links`.
 - :mod:`~fp8lab.audit.summary` (:func:`headline`, :func:`summary_values`), :mod:`~fp8lab.audit.tables`
   (:func:`evidence_frame`, :func:`verdict_frame`, :func:`styled`), :mod:`~fp8lab.audit.verdict`
