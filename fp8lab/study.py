@@ -131,6 +131,7 @@ STUDIES: dict[str, str] = {
     "00_kv_memory_estimation": "fp8lab.capacity.study",
     "01_kv_dtype_auto_vs_fp8": "fp8lab.serving.study",
     "04_long_context_ramp_128k": "fp8lab.longctx.study",
+    "05_claims_audit": "fp8lab.audit.study",
     "06_decode_speed": "fp8lab.decode.study",
     "07_prefix_cache": "fp8lab.prefix.study",
 }

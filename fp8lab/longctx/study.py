@@ -14,10 +14,13 @@ The verdicts: the five field-report claims of :func:`~fp8lab.longctx.verdict.cla
 audit's scale by :func:`verdict_word` (``supported`` -> confirmed, ``not measured`` -> not testable here, anything
 else -> inconclusive: a label such as ``not supported`` says the run did not show the effect, not that an interval
 excludes it, which the audit's ``refuted`` needs; for the silent-failure claim, divergence that grows along the
-context confirms it). ``n`` and ``detectable`` per claim: ``oom`` the dtypes whose boundary was found, to one KV
+context confirms it). The block-size claim (the audit's 12a) is the exception: its verdict is the claims audit's own
+rule, :func:`fp8lab.audit.rules_longctx.block_size_finding`, applied to the summary this run records (the audit
+applies it to the same summary), so Study 04 and the audit give one verdict on one run; its ``label`` says only which
+block size was fastest. ``n`` and ``detectable`` per claim: ``oom`` the dtypes whose boundary was found, to one KV
 block; ``gains_grow`` the ramp lengths compared one request at a time, the 95% CI half-width of the ITL median's
-relative delta at the longest; ``block256`` the block sizes that ran at the longest sweep length, the same interval
-for 256 vs the smallest; ``silent`` the teacher-forced positions scored on real text; ``random_tokens`` the rows
+relative delta at the longest; ``block256`` the block sizes that ran at the longest sweep length, the rule's
+detectable effect (the ramp's own scatter, :func:`fp8lab.audit.readers.ramp_noise`); ``silent`` the teacher-forced positions scored on real text; ``random_tokens`` the rows
 of the random-vs-real table."""
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.audit.rules_longctx import block_size_finding
+from fp8lab.audit.scale import Finding, safe
 from fp8lab.errors import SpecError
 from fp8lab.longctx.run import LongCtxResult, run_study
 from fp8lab.longctx.spec import LongCtxPlan
@@ -144,30 +149,37 @@ class Results:
                 [v["itl_ci_longest"] for v in c["gains_grow"]["by_dtype"].values()],
                 "the ITL median at the longest length",
             ),
-            "block256": ci_text(
-                [
-                    (v["itl_256_vs_smallest_ci"]["lo"], v["itl_256_vs_smallest_ci"]["hi"])
-                    for v in c["block256"]["by_dtype"].values()
-                    if v.get("itl_256_vs_smallest_ci")
-                ],
-                "the ITL median, 256 vs the smallest block size",
-            ),
         }
         out = []
         for key, (cid, text) in CLAIMS.items():
             label = c[key]["label"]
             word = verdict_word(key, label)
+            sentence = f'"{text}": {label} ({self._setting()}).'
+            if key == "block256":  # the audit's rule 12a, on the summary this run records
+                f = self._block_size
+                word = f.verdict  # type: ignore[assignment]  # a word of the audit's scale (Finding checks it)
+                detectable["block256"] = f.detectable or None
+                sentence = (
+                    f'"{text}": {word} by the claims audit\'s rule 12a ({f.measured}; {f.on_what}); '
+                    f"fastest: {label} ({self._setting()})."
+                )
             out.append(
                 Verdict(
                     claim_id=cid,
                     claim=text,
                     verdict=word,
-                    sentence=f'"{text}": {label} ({self._setting()}).',
+                    sentence=sentence,
                     n=None if word == "not testable here" else int(n[key]),
                     detectable=None if word == "not testable here" else detectable.get(key),
                 )
             )
         return tuple(out)
+
+    @functools.cached_property
+    def _block_size(self) -> Finding:
+        """Claim 12a judged by the audit's rule (:func:`~fp8lab.audit.rules_longctx.block_size_finding`) on this
+        run's summary; ``not testable here`` naming what is missing (no sweep, no ramp fit)."""
+        return safe(block_size_finding, self._summary)
 
     def _setting(self) -> str:
         p = self.spec

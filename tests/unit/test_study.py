@@ -20,6 +20,7 @@ from test_longctx import TINY, _fake_runner
 from fp8lab import audit, study
 from fp8lab import longctx as lc
 from fp8lab import prefix as px
+from fp8lab.audit import study as s05
 from fp8lab.errors import SpecError
 from fp8lab.longctx import study as s04
 from fp8lab.paths import NOTEBOOKS_DIR
@@ -34,6 +35,7 @@ def test_every_registered_study_satisfies_the_contract():
         "00_kv_memory_estimation",
         "01_kv_dtype_auto_vs_fp8",
         "04_long_context_ramp_128k",
+        "05_claims_audit",
         "06_decode_speed",
         "07_prefix_cache",
     }
@@ -158,6 +160,8 @@ def test_study_04_spec_from_the_profile_is_the_plan_the_notebook_built():
         (s04.NAME, {"OUTPUT_TOKENS": 1}, "LongCtxPlan", "output_tokens"),
         (s04.NAME, {"KV_DTYPES": ["fp8", "auto"]}, "LongCtxPlan", "kv_dtypes"),
         (s04.NAME, {"SEED": MISSING}, "LongCtxPlan", "SEED"),
+        (s05.NAME, {"INTROSPECT_INSTALLED": "yes"}, "AuditSpec", "introspect_installed"),
+        (s05.NAME, {"OTHER_REPORTS": "reports/h200"}, "AuditSpec", "other_reports"),
     ],
 )
 def test_a_bad_parameter_is_a_spec_error_naming_the_field(name, bad, spec_name, field, monkeypatch):
@@ -311,10 +315,118 @@ def test_study_04_results_tables_summary_verdict(fake_04):
     assert all(isinstance(x, study.Verdict) and x.verdict in study.VERDICT_WORDS for x in v.values())
     assert v["04.gains_grow"].verdict == "confirmed" and v["04.gains_grow"].n == len(plan.lengths)
     assert v["04.gains_grow"].detectable.endswith("of the ITL median at the longest length (95% CI half-width)")
-    # the sweep ran 128 (the ramp's) and 256 at the longest length (16 rejected): 256 is no faster, undecided
-    assert (v["12a"].verdict, v["12a"].n) == ("inconclusive", 2)
+    # the sweep ran 128 (the ramp's) and 256 at the longest length (16 rejected): 256 is no faster (x1.000), and the
+    # ramp's own scatter (+-4%) excludes the claimed x0.46: refuted by the audit's rule 12a (Study 04's label alone
+    # said "inconclusive" here before the rule was shared: test_claim_12a_is_judged_once)
+    assert (v["12a"].verdict, v["12a"].n) == ("refuted", 2)
+    assert (
+        v["12a"].detectable.startswith("+-4% (one request per point") and "x1.000; claimed x0.46" in v["12a"].sentence
+    )
     assert (v["04.oom"].n, v["04.oom"].detectable) == (2, "one KV block (128 tokens)")
     assert v["04.silent"].n == 599  # one real-text document of 600 tokens, positions 1..599, one candidate dtype
     assert v["04.oom"].sentence.startswith('"bf16 runs out of memory where fp8 keeps going": ')
     assert "fp8lab-tiny-qwen3, 0.03 GiB of KV, block size 128, prompts up to 8,160 tokens" in v["04.oom"].sentence
     assert res.markdown() == lc.verdict_markdown(res.run, lt)
+
+
+# ------------------------------------------------------------------------------------------ claim 12a, judged once
+def _report_04(summary: dict, label: str = "r") -> audit.Report:
+    return audit.Report(label, NOTEBOOKS_DIR, {"04_long_context_ramp_128k": summary})
+
+
+def test_claim_12a_is_judged_once(fake_04):
+    """Study 04's verdict on claim 12a and the audit's are one rule (fp8lab.audit.rules_longctx.block_size_finding)
+    on one input, the summary Study 04 records; before, Study 04 mapped its label ("256 fastest?") to a verdict of
+    its own, which disagreed with the audit on this fake run and on both committed reports."""
+    _, res, _, _ = fake_04
+    s = res.summary()
+    mine = {x.claim_id: x for x in res.verdict()}["12a"]
+    theirs = audit.rule_block_size(_report_04(s))
+    assert (mine.verdict, mine.detectable) == (theirs.verdict, theirs.detectable) == ("refuted", theirs.detectable)
+    assert theirs.details["fp8"]["ratio"] == pytest.approx(1.0) and theirs.details["fp8"]["ref_block"] == 128
+    # the old Study 04 verdict: its label put on the audit's scale
+    assert s04.verdict_word("block256", s["claim.block256"]) == "inconclusive" != mine.verdict
+    # the committed H200 report: 256 vs 16 at 131,040 tokens, one request each; the audit's row for it is refuted,
+    # Study 04's label "not supported" gave inconclusive
+    h200 = json.loads((NOTEBOOKS_DIR.parent / "reports/h200/04_long_context_ramp_128k.summary.json").read_text())
+    f = audit.block_size_finding(h200)
+    assert f.verdict == "refuted" and f.details["fp8"]["ratio"] == pytest.approx(11.2425 / 11.1235, abs=1e-3)
+    assert s04.verdict_word("block256", h200["claim.block256"]) == "inconclusive"
+    committed = json.loads((NOTEBOOKS_DIR.parent / "reports/h200/05_claims_audit.summary.json").read_text())
+    assert next(r for r in committed["audit_rows"] if r["id"] == "12a")["by_report"]["h200"] == f.verdict
+
+
+def test_claim_12a_a_small_gain_is_not_the_claimed_one():
+    """256 1% faster than 16 at 128K: Study 04's label would say "supported" (256 fastest, 16 measured), which its
+    old mapping made confirmed; the shared rule refutes it: the ramp's +-4% around x0.99 excludes the claimed x0.46."""
+    lengths = [32768, 65536, 131040]
+    s: dict = {"lengths": lengths, "kv_dtypes": ["auto", "fp8"], "block_size": 16}
+    for dt in ("auto", "fp8"):
+        s |= {f"{dt}.fit.e2e_p50_s.a": 0.0, f"{dt}.fit.e2e_p50_s.b": 1e-4, f"{dt}.fit.e2e_p50_s.c": 0.0}
+        for L, e in zip(lengths, (1.01, 0.99, 1.0), strict=True):  # 1% scatter around the fit
+            s[f"{dt}.c1.L{L}.e2e_p50_s"] = 1e-4 * L * e
+        s |= {f"{dt}.bs256.L131040.outcome": "ok", f"{dt}.bs256.L131040.e2e_p50_s": 0.99 * 13.104}
+    f = audit.block_size_finding(s)
+    assert f.verdict == "refuted" and f.details["parts"] == {"auto": "contradicted", "fp8": "contradicted"}
+    assert f.details["auto"] == {
+        "length": 131040,
+        "ref_block": 16,
+        "ratio": pytest.approx(0.99),
+        "outcome": "contradicted",
+    }
+    # the median |residual| of the six ramp points is 0.99%: 1.96 x sqrt(2) x 1.4826 x 0.99% = 4.1%
+    assert f.detectable.startswith("+-4% (one request per point") and "0.99 x" not in f.detectable
+    assert s04.verdict_word("block256", "supported") == "confirmed"  # what Study 04 said before
+    assert audit.rule_block_size(_report_04(s)).verdict == f.verdict  # the audit reads the same summary the same way
+
+
+# ------------------------------------------------------------------------------------------ Study 05 (the audit)
+def test_study_05_spec_from_the_profile_is_the_spec_the_notebook_built():
+    p = _params(s05.NAME)
+    spec = s05.Spec.from_params(p)
+    assert type(spec) is audit.AuditSpec and spec == audit.AuditSpec.from_params(p)
+    assert spec.other_reports == tuple(p["OTHER_REPORTS"]) and spec.introspect_installed is p["INTROSPECT_INSTALLED"]
+    # a notebook's globals() hold other names too: they never fill a field
+    assert s05.Spec.from_params({**p, "other_reports": [], "spec": None, "_": 1}) == spec
+
+
+def test_study_05_results_from_the_committed_reports():
+    """The audit on the committed reports (no engine; the saved vLLM 0.26.0 options only): the verdicts the committed
+    H200 audit recorded, one typed Verdict per claim in the claims' order, and the tables and prose the notebook
+    shows."""
+    spec = s05.Spec.from_params(
+        {
+            "REPORT_DIR": "reports/h200",
+            "OTHER_REPORTS": ["reports/h200/shipped", "reports/cpu-tiny"],
+            "VLLM_OPTIONS_FILES": "reports/h200/vllm-options-*.json",
+            "INTROSPECT_INSTALLED": False,
+        }
+    )
+    res = s05.run(spec, store=None)
+    assert res.spec is spec and [r.label for r in res.evidence.reports] == ["h200", "h200/shipped", "cpu-tiny"]
+    s = res.summary()
+    assert s == audit.summary_values(audit.audit(res.evidence), res.evidence) and s["vllm_versions"] == ["0.26.0"]
+    committed = json.loads((NOTEBOOKS_DIR.parent / "reports/h200/05_claims_audit.summary.json").read_text())
+    assert s["verdicts"] == committed["verdicts"] and s["headline"] == committed["headline"]
+    assert s["verdict_counts"] == {"confirmed": 7, "refuted": 17, "inconclusive": 4, "not testable here": 6}
+    v = res.verdict()
+    assert all(isinstance(x, study.Verdict) and x.n is None for x in v)
+    assert [x.claim_id for x in v] == [c.id for c in audit.CLAIMS] and len(v) == 34
+    assert {x.claim_id: x.verdict for x in v} == s["verdicts"]
+    by = {x.claim_id: x for x in v}
+    assert by["12a"].verdict == "refuted" and "+-24%" in by["12a"].detectable
+    assert by["5"].sentence == (
+        "Claim 5 (On a 6:3:1 short/medium/long mix FP8 lowers throughput 7.9%, improves TTFT slightly and worsens "
+        "TPOT): refuted, by GPU evidence ([h200] NVIDIA H200, qwen3-8b (dummy weights), vLLM 0.26.0, CUDA graphs)."
+    )
+    assert by["15"].detectable == next(r["detectable"] for r in res.rows if r["id"] == "15")
+    t = res.tables()
+    assert list(t) == ["evidence", "claims", "formats", "options"] and all(
+        isinstance(x, pd.DataFrame) for x in t.values()
+    )
+    assert list(t["claims"].index) == [c.id for c in audit.CLAIMS] and list(t["claims"].verdict) == list(
+        s["verdicts"].values()
+    )
+    assert res.markdown() == audit.verdict_markdown(res.rows, res.evidence)
+    assert res.markdown().startswith("- " + s["headline"][0])
+    assert res.details_markdown() == audit.details_markdown(res.rows)

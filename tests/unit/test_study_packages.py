@@ -1,5 +1,5 @@
 """The studies split into subpackages (issue 16: ``fp8lab/capacity/``, ``fp8lab/longctx/``, ``fp8lab/prefix/``,
-``fp8lab/serving/``, ``fp8lab/decode/``): every name the former single modules offered is still on the package, the
+``fp8lab/serving/``, ``fp8lab/decode/``, ``fp8lab/audit/``): every name the former single modules offered is still on the package, the
 functions whose names match a submodule (``px.summary``, ``px.verdict``, ``lc.tables``) stay the functions, the
 modules import downwards only (``spec`` never imports ``run`` or a table), each stays under about 600 lines, and
 importing a study does not load matplotlib."""
@@ -45,7 +45,19 @@ PUBLIC = {
         trial_order verdict _per_trial _tput_point""",
     "decode": """ANCHORS PROTOCOL STUDY DecodeRun DecodeSpec capacity_table crossover_table find_run fit_table load margin
         plan point_table roofline_table run_decode store_bandwidth summary summary_rows verdict""",
+    # the claims audit (fp8lab/audit.py before the split): what notebooks, tests and scripts use, and its __all__
+    "audit": """ARITHMETIC AuditSpec CLAIM15_OPTIONS CLAIM5 CLAIMS CLAIMS_BY_ID COMPUTATION CONFIRMED CPU_EVIDENCE
+        DYNAMIC_CHANGES_KEY Evidence Finding GPU_EVIDENCE INCONCLUSIVE Missing NOT_TESTABLE PHYSICS PREFIX_VERDICTS
+        REFUTED RULES Report Rule SERVING_DELTAS Setting VERDICTS audit block_size_finding calibration_scale_diffs
+        claimed_kv_bytes_per_token combine decide decode_detectable decode_grid default_configs details_markdown
+        evidence_frame format_facts headline judge links load_evidence load_options load_report option_exists
+        options_table parts_verdict quality_top3 ramp_noise rows_note rule_128k_throughput rule_32_token_calibration
+        rule_block_size rule_gain_at_batch_1 rule_long_speed rule_long_tpot rule_loss_grows_with_batch rule_mix
+        rule_top3_band rule_top3_threshold rule_total_memory rule_ttft_spread safe study_setting styled
+        summary_values verdict_frame verdict_markdown""",
 }
+#: The audit's rule modules, by topic.
+RULE_TOPICS = ("memory", "serving", "longctx", "quality", "facts")
 #: Submodules of each study that the spec must never import (the spec sits at the bottom of its study).
 ABOVE_SPEC = {
     "capacity": {"check", "records", "run", "tables", "verdict", "summary", "plots"},
@@ -53,6 +65,7 @@ ABOVE_SPEC = {
     "prefix": {"run", "tables", "verdict", "summary", "plots", "prompts"},
     "serving": {"schedule", "estimate", "paired", "run", "tables", "deltas", "verdict", "summary", "fidelity", "plots"},
     "decode": {"run", "tables", "verdict", "summary", "plots"},
+    "audit": {"run", "tables", "verdict", "summary", "readers", "study", *(f"rules_{t}" for t in RULE_TOPICS)},
 }
 MAX_LINES = 600
 
@@ -141,7 +154,8 @@ def test_modules_import_downwards_only_and_stay_small(study):
 
 def test_importing_a_study_loads_neither_matplotlib_nor_vllm():
     code = (
-        "import sys, fp8lab.capacity, fp8lab.longctx, fp8lab.prefix, fp8lab.serving.study, fp8lab.decode.study; "
+        "import sys, fp8lab.capacity, fp8lab.longctx, fp8lab.prefix, fp8lab.serving.study, fp8lab.decode.study, "
+        "fp8lab.audit.study; "
         "print(sorted(m for m in ('matplotlib', 'vllm', 'torch') if m in sys.modules))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)

@@ -1,0 +1,378 @@
+"""The per-study readers the rules call: each reads one study's numbers from a :class:`~fp8lab.audit.evidence.Report`,
+by field from its typed rows (:mod:`fp8lab.summary_table`) where the report has them (Studies 01, 02, 03, 06:
+``serving_*``, ``calibration_*``, ``quality_top3``, ``decode_grid``), else from its flat summary; plus the ramp's
+noise (:func:`ramp_noise`), the bandwidth bound (:func:`physics_step_cut`) and number formatting. A number that is
+not recorded raises :class:`~fp8lab.audit.evidence.Missing`."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fp8lab import summary_table
+from fp8lab.audit.evidence import STUDIES, Missing, Report
+from fp8lab.audit.scale import MAD_SIGMA, MAX_FP8_STEP_CUT, PHYSICS, REFUTED, Z95, Finding, finding
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _key(s: Mapping[str, Any], key: str, study: str = "") -> Any:
+    v = s.get(key)
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        raise Missing(f"{STUDIES.get(study, study)} summary has no '{key}'".strip())
+    return v
+
+
+def _candidate(s: Mapping[str, Any]) -> str:
+    """The FP8 dtype a study compared with its baseline: ``fp8`` when present, else the first candidate."""
+    cands = list(s.get("kv_dtypes") or [])[1:]
+    if not cands:
+        raise Missing("no candidate kv dtype recorded")
+    return "fp8" if "fp8" in cands else cands[0]
+
+
+def _delta(s: Mapping[str, Any], metric: str) -> Mapping[str, Any]:
+    """Study 01's recorded delta of ``metric`` (``"output tok/s @c=16"``) for the candidate dtype."""
+    key = f"{_candidate(s)}: {metric}"
+    d = (s.get("deltas") or {}).get(key)
+    if not d or any(d.get(k) is None for k in ("delta_pct", "lo_pct", "hi_pct")):
+        raise Missing(f"serving (01) summary has no delta '{key}'")
+    return d
+
+
+# ------------------------------------------------------------------------------- typed rows (Studies 01, 03)
+#: Studies whose typed rows (:mod:`fp8lab.summary_table`) the rules read by field where a report has them; a
+#: report rendered before the typed table existed has only the flat summary, which is read as before.
+ROW_STUDIES: Mapping[str, str] = {"01": "serving", "02": "calibration", "03": "quality", "06": "decode"}
+#: Each Study 01 delta the rules name: its row metric and setting, under the flat summary's name of the delta.
+SERVING_DELTAS: Mapping[str, tuple[str, str]] = {
+    "output tok/s": ("output_tok_s", "closed loop"),
+    "output tok/s (no stream)": ("output_tok_s_no_stream", "closed loop, not streamed"),
+    "TTFT P50": ("ttft_p50", "closed loop"),
+    "TTFT P99": ("ttft_p99", "closed loop"),
+    "TPOT P50": ("tpot_p50", "closed loop"),
+    "TPOT P99": ("tpot_p99", "closed loop"),
+    "ITL P50": ("itl_p50", "closed loop"),
+    "ITL P99": ("itl_p99", "closed loop"),
+}
+#: Study 03's baseline config label (``fp8lab.quality.BASELINE``; not imported here: it pulls numpy and pandas).
+QUALITY_BASELINE = "auto"
+
+
+def _one_row(rows: Sequence[Mapping[str, Any]], prefix: str, **sel: Any) -> Mapping[str, Any]:
+    try:
+        return summary_table.one(rows, study=ROW_STUDIES[prefix], **sel)
+    except LookupError as e:
+        raise Missing(f"{STUDIES[prefix]} rows: {e}") from None
+
+
+def _row_pair(rows: Sequence[Mapping[str, Any]], prefix: str) -> tuple[str, str]:
+    """(candidate, baseline) of a study's change rows: ``fp8`` where it is a candidate, else the first one."""
+    changes = [r for r in rows if r["study"] == ROW_STUDIES[prefix] and r["baseline"] is not None]
+    if not changes:
+        raise Missing(f"{STUDIES[prefix]} rows hold no change against a baseline")
+    cands = list(dict.fromkeys(r["kv_dtype"] for r in changes))
+    cand = "fp8" if "fp8" in cands else cands[0]
+    return cand, next(r["baseline"] for r in changes if r["kv_dtype"] == cand)
+
+
+def serving_candidate(rep: Report) -> str:
+    """Study 01's FP8 dtype: from its rows (by field) where it has them, else its flat summary (:func:`_candidate`)."""
+    rows = rep.study_rows("01")
+    return _candidate(rep.study("01")) if rows is None else _row_pair(rows, "01")[0]
+
+
+def serving_concurrency(rep: Report, setting: str = "closed loop") -> list[int]:
+    """Study 01's closed-loop concurrencies (``setting`` ``closed loop, not streamed``: the non-reading client's)."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        s = rep.study("01")
+        return (
+            _sorted_concurrency(s)
+            if setting == "closed loop"
+            else sorted(int(c) for c in s.get("naive_concurrency") or [])
+        )
+    metric = "output_tok_s" if setting == "closed loop" else "output_tok_s_no_stream"
+    return sorted(
+        {
+            int(r["concurrency"])
+            for r in summary_table.select(rows, metric=metric, setting=setting)
+            if r["concurrency"] is not None
+        }
+    )
+
+
+def serving_headline_concurrency(rep: Report) -> int:
+    """Study 01's headline concurrency: the largest of its closed-loop sweep."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        return int(_key(rep.study("01"), "headline_concurrency", "01"))
+    cs = serving_concurrency(rep)
+    if not cs:
+        raise Missing("serving (01) rows hold no closed-loop throughput")
+    return max(cs)
+
+
+def serving_delta(rep: Report, name: str, concurrency: int) -> Mapping[str, Any]:
+    """Study 01's paired delta ``name`` (a key of :data:`SERVING_DELTAS`) at ``concurrency`` for its FP8 dtype, as
+    ``{delta_pct, lo_pct, hi_pct, ...}``: the row selected by field (metric, setting, concurrency, kv dtype,
+    baseline) where the report has rows (``read_from: rows``), else the flat summary's ``deltas`` entry."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        return _delta(rep.study("01"), f"{name} @c={concurrency}")
+    metric, setting = SERVING_DELTAS[name]
+    cand, base = _row_pair(rows, "01")
+    r = _one_row(rows, "01", metric=metric, setting=setting, concurrency=int(concurrency), kv_dtype=cand, baseline=base)
+    if r["ci_low"] is None:
+        raise Missing(f"serving (01) row {metric} @c={concurrency} has no interval")
+    return {
+        "delta_pct": r["value"],
+        "lo_pct": r["ci_low"],
+        "hi_pct": r["ci_high"],
+        "n": r["n"],
+        "detectable_pct": r["detectable"],
+        "beyond_noise_floor": r["beyond_noise"],
+        "read_from": "rows",
+    }
+
+
+def serving_has_delta(rep: Report, name: str, concurrency: int) -> bool:
+    """Whether Study 01 recorded delta ``name`` at ``concurrency`` (a row by field, else a flat summary entry)."""
+    if rep.study_rows("01") is None:
+        s = rep.study("01")
+        return f"{_candidate(s)}: {name} @c={concurrency}" in (s.get("deltas") or {})
+    try:
+        serving_delta(rep, name, concurrency)
+    except Missing:
+        return False
+    return True
+
+
+def serving_preemptions(rep: Report) -> dict[int, dict[str, float]]:
+    """Study 01's preemptions per closed-loop concurrency and dtype (summed over trials)."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        s = rep.study("01")
+        return {int(k): v for k, v in (s.get("preemptions_by_concurrency") or {}).items()}
+    out: dict[int, dict[str, float]] = {}
+    for r in summary_table.select(rows, study="serving", metric="preemptions", setting="closed loop"):
+        out.setdefault(int(r["concurrency"]), {})[r["kv_dtype"]] = float(r["value"])
+    return out
+
+
+def serving_figure(rep: Report, summary_key: str, metric: str, kv_dtype: str, **sel: Any) -> Any:
+    """One dtype's own figure of Study 01 (no baseline): the row ``metric`` selected by field where the report has
+    rows, else the flat summary's ``summary_key``; None when absent."""
+    rows = rep.study_rows("01")
+    if rows is None:
+        return rep.study("01").get(summary_key)
+    hits = summary_table.select(rows, study="serving", metric=metric, kv_dtype=kv_dtype, baseline=None, **sel)
+    return hits[0]["value"] if len(hits) == 1 else None
+
+
+def calibration_scale_diffs(rep: Report, prompt_set: str) -> tuple[dict[str, float], dict[str, Any]]:
+    """Study 02's scales from ``prompt_set`` against the large set's: ``({"<format>/<granularity>": mean absolute
+    difference}, {same keys: mean relative difference})``, in the flat summary's key order; from its rows by field
+    where the report has them, else its flat summary's ``absdiff.*`` / ``reldiff.*`` keys."""
+    rows = rep.study_rows("02")
+    s = rep.study("02")
+    if rows is None:
+        pat = re.compile(rf"^absdiff\.{re.escape(prompt_set)}\.(?P<fmt>[^.]+)\.(?P<st>[^.]+)\.mean$")
+        means = {f"{m['fmt']}/{m['st']}": float(v) for k, v in s.items() if (m := pat.match(k)) and v is not None}
+        return means, {k: s.get(f"reldiff.{prompt_set}.{k.replace('/', '.')}.mean") for k in means}
+
+    def by_key(metric: str) -> dict[str, float]:
+        hit = summary_table.select(rows, study="calibration", metric=metric, setting=prompt_set, baseline=None)
+        vals = {f"{r['kv_dtype'].removeprefix('fp8_')}/{r['subset']}": float(r["value"]) for r in hit}
+        return {k: vals[k] for k in sorted(vals, key=lambda k: k.replace("/", "."))}
+
+    means, rel = by_key("scale_abs_diff"), by_key("scale_rel_diff")
+    return means, {k: rel.get(k) for k in means}
+
+
+def calibration_quality(rep: Report, metric: str, label_prefix: str = "fp8+") -> dict[str, float]:
+    """Study 02's end-to-end ``metric`` (``top3_match``; ``ppl``: its % change against auto) of its scale-set
+    configs whose label starts with ``label_prefix``, in the flat summary's key order; from its rows by field where
+    the report has them, else its flat summary's ``quality.<label>.<metric>`` keys."""
+    key = {"top3_match": "top3_match", "ppl": "delta_ppl_pct"}[metric]
+    rows = rep.study_rows("02")
+    if rows is None:
+        s = rep.optional("02") or {}
+        head, tail = f"quality.{label_prefix}", f".{key}"
+        return {
+            k[len("quality.") : -len(tail)]: float(v)
+            for k, v in s.items()
+            if k.startswith(head) and k.endswith(tail) and v is not None
+        }
+    base = "auto" if metric == "ppl" else None
+    hit = [
+        r
+        for r in summary_table.select(rows, study="calibration", metric=metric, baseline=base, subset=None)
+        if r["setting"].startswith(label_prefix)
+    ]
+    vals = {r["setting"]: float(r["value"]) for r in hit}
+    return {k: vals[k] for k in sorted(vals, key=lambda k: f"quality.{k}.{key}")}
+
+
+def quality_top3(rep: Report) -> dict[str, Any]:
+    """Study 03's top-3 match rates: ``overall`` ``{config label: rate}`` and ``by_category`` ``{label: {category:
+    rate}}`` of its candidates (the baseline left out), and ``ci`` (the ``fp8`` config's 95% CI, or None); from its
+    rows by field where the report has them, else from its flat summary."""
+    rows = rep.study_rows("03")
+    if rows is None:
+        s03 = rep.study("03")
+        labels = (s03.get("labels") or [])[1:]
+        ci = (s03.get("fp8.top3_ci_lo"), s03.get("fp8.top3_ci_hi"))
+        return {
+            "overall": {lab: s03[f"{lab}.top3_match"] for lab in labels if s03.get(f"{lab}.top3_match") is not None},
+            "by_category": {
+                lab: {c: s03.get(f"{lab}.top3_match.{c}") for c in s03.get("categories") or []} for lab in labels
+            },
+            "ci": None if None in ci else ci,
+        }
+    top3 = [
+        r for r in summary_table.select(rows, study="quality", metric="top3_match") if r["setting"] != QUALITY_BASELINE
+    ]
+    overall = {r["setting"]: r["value"] for r in top3 if r["subset"] is None}
+    by_cat: dict[str, dict[str, Any]] = {}
+    for r in top3:
+        if r["subset"] is not None:
+            by_cat.setdefault(r["setting"], {})[r["subset"]] = r["value"]
+    fp8 = [r for r in top3 if r["subset"] is None and r["setting"] == "fp8" and r["ci_low"] is not None]
+    return {
+        "overall": overall,
+        "by_category": by_cat,
+        "ci": (fp8[0]["ci_low"], fp8[0]["ci_high"]) if fp8 else None,
+        "read_from": "rows",
+    }
+
+
+def half_width(d: Mapping[str, Any]) -> float:
+    """A recorded delta's detectable effect: half the width of its 95% interval (percent)."""
+    return (float(d["hi_pct"]) - float(d["lo_pct"])) / 2
+
+
+def _fd(d: Mapping[str, Any]) -> str:
+    return f"{d['delta_pct']:+.1f}% [{d['lo_pct']:+.1f}, {d['hi_pct']:+.1f}]"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def _near(x: float, target: float, tol: float) -> bool:
+    return abs(x - target) <= tol * target
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:,.1f} GB ({b / 2**30:,.1f} GiB)"
+
+
+def _sorted_concurrency(s: Mapping[str, Any]) -> list[int]:
+    return sorted(int(c) for c in (s.get("concurrency") or []))
+
+
+def ramp_noise(s04: Mapping[str, Any], metric: str = "e2e_p50_s") -> tuple[float, str]:
+    """The detectable change (fraction) of a ratio of two single timed requests in Study 04: from the ramp's own
+    scatter around its quadratic fits (``{dtype}.fit.{metric}.a/b/c`` over the one-at-a-time points), sigma =
+    1.4826 x the median |residual| / value (a robust statistic; it includes any misfit, so it errs large), and a
+    ratio of two such runs resolves 1.96 x sqrt(2) x sigma. Raises :class:`Missing` without fits."""
+    res = []
+    lengths = [int(x) for x in s04.get("lengths") or []]
+    for dt in s04.get("kv_dtypes") or []:
+        fit = [s04.get(f"{dt}.fit.{metric}.{k}") for k in "abc"]
+        if any(v is None or not math.isfinite(float(v)) for v in fit):
+            continue
+        a, b, c = map(float, fit)
+        for L in lengths:
+            y = s04.get(f"{dt}.c1.L{L}.{metric}")
+            if y:
+                res.append(abs(float(y) - (a + b * L + c * L * L)) / float(y))
+    if len(res) < 3:
+        raise Missing(f"long context (04) summary has no ramp fit of {metric}")
+    res.sort()
+    med = res[len(res) // 2] if len(res) % 2 else (res[len(res) // 2 - 1] + res[len(res) // 2]) / 2
+    d = Z95 * math.sqrt(2) * MAD_SIGMA * med
+    return d, (
+        f"+-{100 * d:.0f}% (one request per point: 1.96 x sqrt(2) x 1.4826 x the median |residual| "
+        f"{100 * med:.1f}% of {len(res)} ramp points around their fits)"
+    )
+
+
+def decode_points(s06: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Study 06's paired points (fp8/auto step ratio with its 95% t interval); raises :class:`Missing`."""
+    pts = [p for p in s06.get("points") or [] if p.get("ratio") is not None and p.get("ratio_ci_low") is not None]
+    if not pts:
+        raise Missing("decode speed (06) summary has no paired points")
+    return pts
+
+
+def _decode_detectable(s06: Mapping[str, Any]) -> str:
+    md, mx = s06.get("min_detectable_pct"), s06.get("max_ci_half_width_pct")
+    return (
+        f"+-{md:.2f}% step time (median 95% CI half-width over the grid, largest {mx:.2f}%)"
+        if md is not None
+        else "the points' 95% CIs"
+    )
+
+
+def decode_grid(rep: Report) -> list[dict[str, Any]]:
+    """Study 06's paired points (``batch``, ``context_len``, the fp8/auto step ``ratio`` with ``ratio_ci_low`` /
+    ``ratio_ci_high``, ``beyond_noise``): its change rows selected by field where the report has rows (in their
+    order, the grid's), else its flat summary's ``points`` (:func:`decode_points`); raises :class:`Missing`."""
+    rows = rep.study_rows("06")
+    if rows is None:
+        return decode_points(rep.study("06"))
+    cand, base = _row_pair(rows, "06")
+    pts = [
+        {
+            "batch": r["batch"],
+            "context_len": r["context_len"],
+            "ratio": r["value"],
+            "ratio_ci_low": r["ci_low"],
+            "ratio_ci_high": r["ci_high"],
+            "beyond_noise": r["beyond_noise"],
+            "ci_half_width_pct": None if r["detectable"] is None else 100 * r["detectable"],
+            "read_from": "rows",
+        }
+        for r in summary_table.select(rows, study="decode", metric="decode_step_ms", kv_dtype=cand, baseline=base)
+        if r["ci_low"] is not None
+    ]
+    if not pts:
+        raise Missing("decode speed (06) rows hold no paired points")
+    return pts
+
+
+def decode_detectable(rep: Report) -> str:
+    """Study 06's detectable effect: the median and largest 95% CI half-width over its grid (from its rows where the
+    report has them, else its flat summary, :func:`_decode_detectable`)."""
+    if rep.study_rows("06") is None:
+        return _decode_detectable(rep.study("06"))
+    hw = sorted(p["ci_half_width_pct"] for p in decode_grid(rep) if p["ci_half_width_pct"] is not None)
+    if not hw:
+        return "the points' 95% CIs"
+    k = len(hw) // 2
+    med = hw[k] if len(hw) % 2 else (hw[k - 1] + hw[k]) / 2
+    return _decode_detectable({"min_detectable_pct": med, "max_ci_half_width_pct": hw[-1]})
+
+
+def _gain(ratio: float) -> float:
+    """Throughput change (fraction) from a step-time ratio fp8/auto."""
+    return 1 / ratio - 1
+
+
+def physics_step_cut(claimed_cut: float, what: str) -> Finding | None:
+    """A claimed cut of a decode step (fraction) above :data:`MAX_FP8_STEP_CUT` refuted by the bandwidth bound."""
+    if claimed_cut <= MAX_FP8_STEP_CUT:
+        return None
+    return finding(
+        REFUTED,
+        f"{what}: a {100 * claimed_cut:.0f}% cut of the decode step (x{1 / (1 - claimed_cut):.2f} throughput)",
+        "halving the KV bytes can at most halve a memory-bound step (the KV read can "
+        "at best be all of it): no model or GPU allows more than a 50% cut (x2 throughput) at the same "
+        "batch, without preemption or offload in the baseline",
+        {"claimed_cut": claimed_cut},
+        detectable="exact (an upper bound)",
+        basis=PHYSICS,
+    )

@@ -1,0 +1,77 @@
+"""The audit itself: every claim of :data:`~fp8lab.audit.claims.CLAIMS` judged by its rule, in the claims' order
+(:func:`audit`, one row per claim), with links to the evidence (:func:`links`). Importing this module registers
+every rule (the ``rules_*`` modules), in the claims' order."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# every rule module registers its rules in RULES when imported (by topic, so not in the claims' order) ...
+from fp8lab.audit import rules_facts, rules_longctx, rules_memory, rules_quality, rules_serving  # noqa: F401
+from fp8lab.audit.claims import CLAIMS, Claim
+from fp8lab.audit.evidence import Evidence
+from fp8lab.audit.scale import NOT_TESTABLE, RULES, Finding
+
+# ... so RULES is put in the claims' order, as the single module registered them before the split
+for _c in CLAIMS:
+    RULES[_c.id] = RULES.pop(_c.id)
+del _c
+
+
+def links(claim: Claim, ev: Evidence) -> list[dict[str, str]]:
+    """Relative links (from ``ev.base_dir``) to the HTML of each study holding the claim's evidence, per
+    report (the summary JSON when there is no HTML); for the vLLM claims also the vLLM options files."""
+    out = []
+    for rep in ev.reports:
+        for prefix in claim.studies:
+            stem = rep.stem(prefix)
+            if stem is None:
+                continue
+            target = rep.path / f"{stem}.html"
+            if not target.is_file():
+                target = rep.path / f"{stem}.summary.json"
+            if not target.is_file():
+                continue  # an extra summary rendered elsewhere (a temporary folder): not linked
+            out.append({"label": f"{rep.label} {prefix}", "href": os.path.relpath(target, ev.base_dir)})
+    if claim.id in ("14", "15", "25", "26"):
+        for info in ev.vllm:
+            src = info.get("source")
+            if src and src != "installed":
+                out.append({"label": f"vLLM {info.get('version')} options", "href": os.path.relpath(src, ev.base_dir)})
+    return out
+
+
+def audit(ev: Evidence) -> list[dict[str, Any]]:
+    """One row per claim: ``id``, ``claim``, ``quote``, ``source``, ``needs``, ``measured``, ``verdict``, ``on_what``,
+    ``setting``, ``detectable``, ``basis``, ``headline``, ``rule`` (its text), ``links``, ``by_report`` and
+    ``details``. A rule that fails is reported as not testable, with its error."""
+    rows = []
+    for c in CLAIMS:
+        r = RULES[c.id]
+        try:
+            f = r.fn(ev)
+        except Exception as e:  # noqa: BLE001 - one rule's failure must not hide the other verdicts
+            f = Finding(NOT_TESTABLE, f"rule failed: {type(e).__name__}: {e}", "the rule could not read these records")
+        details = {k: v for k, v in f.details.items() if k != "_setting"}
+        rows.append(
+            {
+                "id": c.id,
+                "claim": c.text,
+                "quote": c.quote,
+                "source": c.source,
+                "needs": c.needs,
+                "measured": f.measured,
+                "verdict": f.verdict,
+                "on_what": f.on_what,
+                "setting": f.setting,
+                "detectable": f.detectable,
+                "basis": f.basis,
+                "headline": f.headline,
+                "rule": r.text,
+                "links": links(c, ev),
+                "by_report": dict(f.by_report),
+                "details": details,
+            }
+        )
+    return rows
