@@ -1,4 +1,4 @@
-"""The front-door benchmark's table: written from its JSON records only, the latest line per part."""
+"""The front-door benchmark's table: written from its JSON records only, the latest line per part and FP8 tier."""
 
 from __future__ import annotations
 
@@ -52,3 +52,17 @@ def test_an_unknown_part_is_refused_before_anything_runs(capsys):
 def test_the_readme_has_the_block():
     text = (REPO_ROOT / "README.md").read_text()
     assert text.count(bench.START) == 1 and text.count(bench.END) == 1
+
+
+def test_each_fp8_tier_keeps_its_own_latest_line():
+    """An AVX2 machine skips the native-FP8 tests: its suite time must not replace the AMX machine's figure."""
+    amx = {**MACH, "cpu": "Intel(R) Xeon(R) Processor", "fp8_tier": "AMX"}
+    recs = [
+        {**_rec("suite", 1007.4, commit="aaa1111"), "machine": amx},
+        _rec("suite", 700.0, commit="bbb2222"),
+        {**_rec("suite", 960.0, commit="ccc3333"), "machine": amx},
+    ]
+    suite = [r for r in bench.table(recs).splitlines() if r.startswith("| test suite")]
+    assert len(suite) == 2
+    assert "| 16.0 min |" in suite[0] and "`ccc3333`" in suite[0] and "(AMX) |" in suite[0]  # its latest, first seen
+    assert "| 11.7 min |" in suite[1] and "`bbb2222`" in suite[1] and "(AVX2, no FP8 KV kernel) |" in suite[1]
