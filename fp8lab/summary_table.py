@@ -2,7 +2,7 @@
 
 A study's flat summary (``<stem>.summary.json``) keeps its many key conventions for the index and old readers; its
 rows (``<stem>.rows.json``, and ``<stem>.rows.parquet`` beside it) carry the same numbers under one declared schema,
-so a reader (the claims audit) selects them by field (:func:`select`, :func:`one`) instead of building key strings.
+so a reader (the claims audit, the index's key numbers) selects them by field (:func:`select`, :func:`one`) instead of building key strings.
 Each study module makes its rows from its own tables (``serving.summary_rows``, ``quality.summary_rows``); a notebook
 hands them to ``report.record_summary(values, rows=...)``, which validates them (:func:`validate`) before writing.
 
@@ -86,6 +86,8 @@ METRICS: Mapping[str, str] = {
     "itl_p99": "inter-token latency, 99th percentile of a trial's gaps",
     "ttft_p50_pooled": "time to first token, median of every trial's requests pooled (headline concurrency)",
     "ttft_p99_pooled": "time to first token, 99th percentile of every trial's requests pooled",
+    "itl_p50_pooled": "inter-token latency, median of every trial's gaps pooled (headline concurrency)",
+    "itl_p99_pooled": "inter-token latency, 99th percentile of every trial's gaps pooled",
     "kv_capacity_tokens": "KV cache capacity the engine reported",
     "num_blocks": "KV blocks the engine allocated",
     "mem_peak_gib": "engine peak device memory",

@@ -55,7 +55,9 @@ def summary_rows(run: DecodeRun, base: str = "auto", other: str = "fp8") -> list
     """The study's typed summary rows (:mod:`fp8lab.summary_table`), from :func:`point_table`: per measured point
     (``batch``, ``context_len``) each dtype's mean decode step (ms, ``n`` repetitions) and ``other``'s step against
     ``base``'s as their paired ratio (unit ``ratio``, its 95% t interval, ``beyond_noise``, ``detectable`` the
-    interval's half-width as a ratio: :func:`fp8lab.stats.detectable_pct` / 100). Non-finite values give no row."""
+    interval's half-width as a ratio: :func:`fp8lab.stats.detectable_pct` / 100); per engine (:func:`capacity_table`,
+    setting its KV budget and block size) the ``num_blocks`` it allocated and the ``num_blocks_formula`` predicted
+    (evidence ``computed``). Non-finite values give no row."""
     from fp8lab import summary_table as st
 
     pts = point_table(run, base, other)
@@ -97,4 +99,24 @@ def summary_rows(run: DecodeRun, base: str = "auto", other: str = "fp8") -> list
                 detectable=p["ci_half_width_pct"] / 100 if finite(p.get("ci_half_width_pct")) else None,
             )
         )
+    # each engine's KV blocks beside the formula's for its budget and block size (capacity_table; none without a
+    # fixed KV budget)
+    cap = capacity_table(run)
+    for r in _records(cap):
+        at = {
+            "study": "decode",
+            "kv_dtype": r["kv_dtype"],
+            "setting": f"{spec['kv_cache_gib']:g} GiB of KV, block {r['block_size']}",
+            "unit": "blocks",
+            "n": 1,
+            "model": model,
+        }
+        engine = {"evidence": common["evidence"], "device": common["device"]}
+        rows.append(st.make_row(**at, **engine, metric="num_blocks", value=r["num_blocks"]))
+        computed = {"evidence": "computed", "device": ARITHMETIC}
+        rows.append(st.make_row(**at, **computed, metric="num_blocks_formula", value=r["predicted_blocks"]))
     return rows
+
+
+#: ``device`` of a row the formula computed (no engine).
+ARITHMETIC = "any (arithmetic on config.json)"

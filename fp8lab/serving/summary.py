@@ -175,7 +175,8 @@ def summary_rows(
     """The study's typed summary rows (:mod:`fp8lab.summary_table`), from its own tables: per headline metric
     (:func:`headline_metrics`) each dtype's per-trial mean and each candidate's paired change against the baseline
     (from :func:`delta_table`: value ``delta_pct`` %, its t interval, ``n`` pairs, ``beyond_noise``, ``detectable``);
-    the pooled TTFT P50/P99 at the headline concurrency (:func:`latency_summary`); preemptions per closed-loop
+    the pooled TTFT and ITL P50/P99 at the headline concurrency (:func:`latency_summary`; ``n`` the requests, or
+    the gaps); preemptions per closed-loop
     point (:func:`throughput_table`); capacity and peak memory per dtype (:func:`capacity_table`); the largest
     concurrency held without preemption where the search found the limit (:func:`capacity_search`; a censored
     search, a lower bound only, gives no row). Non-finite values give no row."""
@@ -223,10 +224,10 @@ def summary_rows(
         )
     lat = latency_summary(res, by=("kv_dtype",))
     for r in lat.itertuples():
-        if r.metric == "ttft_ms":
+        if r.metric in ("ttft_ms", "itl_ms"):
             for q in ("p50", "p99"):
                 add(
-                    metric=f"ttft_{q}_pooled",
+                    metric=f"{r.metric.removesuffix('_ms')}_{q}_pooled",
                     setting="closed loop",
                     concurrency=res.headline_concurrency,
                     kv_dtype=r.kv_dtype,
