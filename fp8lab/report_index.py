@@ -1,5 +1,6 @@
 """The report folder's front pages: ``index.html`` (:func:`write_index`: the claims audit's headline and table,
-then one block per study with its key numbers, :func:`key_numbers`, and the provenance of its engine runs,
+then one block per study with its key numbers, :func:`key_numbers`: by field from the study's typed rows where the
+folder has them, else from its flat summary, and the provenance of its engine runs,
 :func:`runs_provenance`) and :func:`compare_summaries` (one notebook's key numbers from several report folders side
 by side). Split out of :mod:`fp8lab.report` (issue 16), which re-exports every name here (``report.write_index``)."""
 
@@ -8,7 +9,8 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +108,20 @@ def _ci(s: dict[str, Any], est: str, lo: str, hi: str, unit: str = "", digits: i
     )
 
 
-def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
-    """A study's few key numbers for the index, each ``(label with its unit, rounded value)``. Studies fp8lab
-    does not know get their first scalar numbers. Missing values are left out."""
+def key_numbers(stem: str, s: dict[str, Any], rows: Sequence[Mapping[str, Any]] | None = None) -> list[tuple[str, str]]:
+    """A study's few key numbers for the index, each ``(label with its unit, rounded value)``. With ``rows`` (the
+    study's typed rows, :func:`study_rows`) they are read from the rows by field (:func:`key_numbers_from_rows`),
+    and a number the rows lack is left out, never looked up in the summary instead; without (a report folder
+    rendered before the rows existed) from the flat summary ``s`` by its keys (:func:`key_numbers_from_summary`).
+    Missing values are left out."""
+    if rows is not None:
+        return key_numbers_from_rows(stem, rows, s)
+    return key_numbers_from_summary(stem, s)
+
+
+def key_numbers_from_summary(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
+    """:func:`key_numbers` from a study's flat summary, by key names (a report without rows files). Studies fp8lab
+    does not know get their first scalar numbers."""
     rows: list[tuple[str, str | None]] = []
     if stem.startswith("00_"):
         rows.append(
@@ -186,18 +199,7 @@ def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
             ),
             ("KV budget", None if s.get("kv_cache_gib") is None else f"{fmt_number(s.get('kv_cache_gib'))} GiB"),
         ]
-        claims = {
-            "claim.gains_grow": "claim: FP8's gains grow with context",
-            "claim.oom": "claim: bf16 runs out of memory first",
-            "claim.block256": "claim: block size 256 beats 16 at the longest length",
-            "claim.silent": "claim: silent quality loss along the context",
-            "claim.random_tokens": "random tokens vs real text",
-        }
-        rows += [
-            (claims.get(k, k.removeprefix("claim.")), str(v))
-            for k, v in s.items()
-            if k.startswith("claim.") and isinstance(v, str)
-        ]
+        rows += _claims_04(s)
     elif stem.startswith("06_"):
         pts = [p for p in s.get("points") or [] if isinstance(p, dict)]
         if pts:
@@ -222,6 +224,295 @@ def key_numbers(stem: str, s: dict[str, Any]) -> list[tuple[str, str]]:
         scalars = [(k, v) for k, v in sorted(s.items()) if isinstance(v, int | float | str) and not isinstance(v, bool)]
         rows += [(k, fmt_number(v)) for k, v in scalars[:6]]
     return [(label, value) for label, value in rows if value is not None]
+
+
+#: Study 04's claims (summary key ``claim.<name>``: its verdict's label) as the index names them.
+_CLAIMS_04: Mapping[str, str] = {
+    "claim.gains_grow": "claim: FP8's gains grow with context",
+    "claim.oom": "claim: bf16 runs out of memory first",
+    "claim.block256": "claim: block size 256 beats 16 at the longest length",
+    "claim.silent": "claim: silent quality loss along the context",
+    "claim.random_tokens": "random tokens vs real text",
+}
+
+
+def _claims_04(s: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """Study 04's claims' labels, from its summary (a verdict is a word; rows carry numbers only)."""
+    return [
+        (_CLAIMS_04.get(k, k.removeprefix("claim.")), str(v))
+        for k, v in s.items()
+        if k.startswith("claim.") and isinstance(v, str)
+    ]
+
+
+# ---------------------------------------------------------------------------- key numbers from typed rows
+#: How the index writes a row's unit after its number ("" for a plain figure, a fraction or a ratio).
+_UNIT_TEXT: Mapping[str, str] = {"1": "", "fraction": "", "ratio": "", "bytes": "B"}
+
+
+class StudyRowsError(ValueError):
+    """A study's rows file that cannot be read or does not fit the schema (:func:`study_rows`)."""
+
+
+def study_rows(out_dir: str | Path, stem: str) -> list[dict[str, Any]] | None:
+    """The typed rows beside a study's summary in ``out_dir`` (``<stem>.rows.json``, :mod:`fp8lab.summary_table`,
+    validated on read), or None when the folder has none (a report rendered before the rows existed, or a study
+    that writes none). A file that is not JSON or does not fit the schema raises :class:`StudyRowsError`."""
+    from fp8lab import summary_table as st
+
+    path = Path(out_dir) / f"{stem}.rows.json"
+    if not path.is_file():
+        return None
+    try:
+        return st.read_rows(path)
+    except ValueError as exc:  # SpecError (a ValueError): a row off the schema; else not JSON
+        raise StudyRowsError(f"{path.name}: {exc}") from exc
+
+
+def _unit(row: Mapping[str, Any]) -> str:
+    u = _UNIT_TEXT.get(row["unit"], row["unit"])
+    return f" {u}" if u else ""
+
+
+def fmt_row(row: Mapping[str, Any], digits: int = 3) -> str:
+    """A row's value for a reader: rounded (:func:`fmt_number`) with its unit; a change against a baseline in % or
+    pp signed; with its 95% interval and ``n`` where the row has an interval:
+    ``+13.2 % (95% CI +12.7 to +13.6, n = 5)``."""
+    signed = row["baseline"] is not None and row["unit"] in ("%", "pp")
+
+    def num(v: float) -> str:
+        return ("+" if signed and v > 0 else "") + fmt_number(v, digits)
+
+    text = num(row["value"]) + _unit(row)
+    if row["ci_low"] is not None:
+        text += f" (95% CI {num(row['ci_low'])} to {num(row['ci_high'])}, n = {fmt_number(row['n'])})"
+    return text
+
+
+def _pick(rows: Sequence[Mapping[str, Any]], **fields: Any) -> Mapping[str, Any] | None:
+    """The one row with ``fields`` (:func:`fp8lab.summary_table.one`), or None when none or several have them."""
+    from fp8lab import summary_table as st
+
+    try:
+        return st.one(rows, **fields)
+    except LookupError:
+        return None
+
+
+def _row_pair(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None, digits: int = 3) -> str | None:
+    """Two rows' values ``a → b unit`` (the unit of either; "n/a" for a missing one); None when both are."""
+    if a is None and b is None:
+        return None
+    unit = _unit(a or b)  # type: ignore[arg-type]
+    va, vb = (fmt_number(None if r is None else r["value"], digits) for r in (a, b))
+    return f"{va} → {vb}{unit}"
+
+
+def _pair_of(rows: Sequence[Mapping[str, Any]], a: str, b: str, digits: int = 3, **fields: Any) -> str | None:
+    """:func:`_row_pair` of the rows with ``fields`` for kv dtypes ``a`` and ``b``, each its own figure."""
+    return _row_pair(
+        _pick(rows, kv_dtype=a, baseline=None, **fields), _pick(rows, kv_dtype=b, baseline=None, **fields), digits
+    )
+
+
+def _dtypes(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(baseline, candidate) kv dtypes of a study's change rows: ``fp8`` where it is a candidate, else the first
+    one; ``("auto", "fp8")`` when the rows hold no change."""
+    changes = [r for r in rows if r["baseline"] is not None]
+    if not changes:
+        return "auto", "fp8"
+    cands = list(dict.fromkeys(r["kv_dtype"] for r in changes))
+    cand = "fp8" if "fp8" in cands else cands[0]
+    return next(r["baseline"] for r in changes if r["kv_dtype"] == cand), cand
+
+
+def _rows_00(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = []
+    check = [r for r in rows if r["metric"] == "num_blocks_formula" and r["baseline"] is None]
+    models = {r["model"] for r in check} or {r["model"] for r in rows if r["metric"] == "kv_bytes_per_token"}
+    if len(models) == 1:  # the measured model: the one whose engine budget the formula was checked against
+        model = models.pop()
+        pair = _pair_of(rows, "auto", "fp8", metric="kv_bytes_per_token", model=model)
+        out.append((f"KV per token, auto → fp8 ({model})", None if pair is None else pair + "/token"))
+    share = _pick(rows, metric="formula_exact_share")
+    if share is not None:
+        out.append(
+            (
+                "engines on record whose block count the formula predicted exactly",
+                f"{round(share['value'] * share['n'])} of {share['n']} ({share['device']})",
+            )
+        )
+    engine = [r for r in rows if r["metric"] == "num_blocks" and r["baseline"] is None]
+    formula = [_pick(check, kv_dtype=r["kv_dtype"], setting=r["setting"], model=r["model"]) for r in engine]
+    if engine and all(f is not None for f in formula):  # a prediction missing from the rows: nothing to compare
+        exact = all(f["value"] == r["value"] for r, f in zip(engine, formula, strict=True))  # type: ignore[index]
+        out.append(("engines started by this run: formula exact", fmt_number(exact)))
+    elif not engine:  # this run predicted only (an engine that failed records no blocks either)
+        out.append(("engines started by this run", "none (predictions only)"))
+    return out
+
+
+def _rows_01(rows: Sequence[Mapping[str, Any]], s: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    base, cand = _dtypes(rows)
+    closed = [r["concurrency"] for r in rows if r["metric"] == "output_tok_s" and r["setting"] == "closed loop"]
+    c = max((x for x in closed if x is not None), default=None)
+    head = _pick(rows, metric="output_tok_s", setting="closed loop", concurrency=c, kv_dtype=cand, baseline=base)
+    label = ""
+    if head is not None and head["ci_low"] is not None:  # stats.delta_label: throughput, higher is better
+        label = (
+            ": within noise"
+            if head["ci_low"] <= 0 <= head["ci_high"]
+            else (": better" if head["value"] > 0 else ": worse")
+        )
+    trials = _pick(rows, metric="output_tok_s", setting="closed loop", concurrency=c, kv_dtype=base, baseline=None)
+    return [
+        (f"KV capacity, {base} → {cand}", _pair_of(rows, base, cand, metric="kv_capacity_tokens", setting="engine")),
+        (
+            f"{cand} vs {base} output throughput at concurrency {fmt_number(c)}",
+            None if head is None else fmt_row(head) + label,
+        ),
+        # the rows carry each change's interval and smallest detectable change, not the spread between trials of
+        # one config: the noise floor stays a summary key
+        (
+            "noise floor (same config between trials)",
+            None if s.get("noise_floor_pct") is None else f"{fmt_number(s.get('noise_floor_pct'), 2)} %",
+        ),
+        (
+            f"ITL p50, {base} → {cand}",
+            _pair_of(rows, base, cand, metric="itl_p50_pooled", setting="closed loop", concurrency=c),
+        ),
+        (
+            f"peak device memory, {base} → {cand}",
+            _pair_of(rows, base, cand, 4, metric="mem_peak_gib", setting="engine"),
+        ),
+        ("trials", None if trials is None else fmt_number(trials["n"])),
+    ]
+
+
+def _rows_03(rows: Sequence[Mapping[str, Any]], s: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    base, cand = _dtypes(rows)
+    top3 = _pick(rows, metric="top3_match", setting=cand, kv_dtype=cand, subset=None, baseline=None)
+    ppl = _pick(rows, metric="ppl", setting=cand, kv_dtype=cand, subset=None, baseline=base)
+    return [
+        (f"{cand}: top-3 token match (reports' protocol)", None if top3 is None else fmt_row(top3)),
+        (f"{cand}: perplexity change", None if ppl is None else fmt_row(ppl)),
+        # a verdict is a word, not a number: rows carry numbers only, so the verdicts stay summary keys
+        ("verdicts", ", ".join(f"{k.split('.')[0]}: {v}" for k, v in s.items() if k.endswith(".verdict")) or None),
+        ("prompts", None if top3 is None else fmt_number(top3["n"])),
+    ]
+
+
+def _rows_04(rows: Sequence[Mapping[str, Any]], s: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = [
+        (
+            "longest context the engine holds, auto → fp8",
+            _pair_of(rows, "auto", "fp8", metric="longest_context", setting="engine blocks"),
+        ),
+        # the KV budget is a parameter of the run, not a measured number: no row holds it (only the formula rows'
+        # setting names it, a string the index does not parse), so it stays a summary key
+        ("KV budget", None if s.get("kv_cache_gib") is None else f"{fmt_number(s.get('kv_cache_gib'))} GiB"),
+    ]
+    # the claims' verdicts are words, not numbers: rows carry numbers only, so they stay summary keys
+    return out + _claims_04(s)
+
+
+def _rows_06(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str | None]]:
+    base, cand = _dtypes(rows)
+    pts = [r for r in rows if r["metric"] == "decode_step_ms" and r["kv_dtype"] == cand and r["baseline"] == base]
+    out: list[tuple[str, str | None]] = []
+    if pts:
+        n = len(pts)
+        faster = sum(1 for r in pts if r["beyond_noise"] and r["value"] < 1)
+        slower = sum(1 for r in pts if r["beyond_noise"] and r["value"] > 1)
+        out.append(("grid points (batch x context) measured by both dtypes", fmt_number(n)))
+        out.append((f"{cand} decode step faster / slower beyond noise", f"{faster} / {slower} of {n} points"))
+    hw = [100 * r["detectable"] for r in pts if r["detectable"] is not None]
+    if hw:
+        out.append(
+            (
+                f"smallest {cand}/{base} change these runs resolve (median 95% CI half-width)",
+                f"{fmt_number(statistics.median(hw), 2)} %",
+            )
+        )
+    engines = [r for r in rows if r["metric"] == "num_blocks" and r["baseline"] is None]
+    formula = [_pick(rows, metric="num_blocks_formula", kv_dtype=r["kv_dtype"], setting=r["setting"]) for r in engines]
+    if engines and all(f is not None for f in formula):  # a prediction missing from the rows: nothing to compare
+        exact = all(f["value"] == r["value"] for r, f in zip(engines, formula, strict=True))  # type: ignore[index]
+        out.append(("KV blocks as the formula predicts", fmt_number(exact)))
+    return out
+
+
+def _rows_07(rows: Sequence[Mapping[str, Any]], s: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    base, cand = _dtypes(rows)
+    # the run's block size is a parameter (rows name it only inside their setting, which the index does not parse)
+    out: list[tuple[str, str | None]] = [("block_size", _summary_value(s, "block_size"))]
+    for w in dict.fromkeys(r["subset"] for r in rows if r["metric"] == "prefix_knee_measured"):
+        measured = _pair_of(rows, base, cand, metric="prefix_knee_measured", subset=w)
+        predicted = _pair_of(rows, base, cand, metric="prefix_knee_predicted", subset=w)
+        knee = measured if predicted is None else f"{measured} (the replay predicts {predicted})"
+        out.append((f"{w}: most active conversations that keep their prefix hits, {base} → {cand}", knee))
+        gains = [
+            r
+            for r in rows
+            if r["metric"] == "prefix_hit_rate" and r["subset"] == w and r["baseline"] == base and r["kv_dtype"] == cand
+        ]
+        held = _pick(rows, metric="prefix_knee_measured", subset=w, kv_dtype=base)
+        inside = [abs(r["value"]) for r in gains if held is not None and r["concurrency"] <= held["value"]]
+        if inside:  # where the baseline keeps its hits, fp8 should neither gain nor lose any
+            out.append((f"{w}: largest |{cand} − {base}| hit rate while {base} holds", f"{fmt_number(max(inside))} pp"))
+        if gains:
+            g = max(gains, key=lambda r: r["value"])
+            out.append((f"{w}: largest {cand} − {base} hit rate, at {g['concurrency']} active", fmt_row(g)))
+    # the claim's verdict and its evidence are words, and the counter turns a check of the run's bookkeeping, not
+    # a measured metric: rows carry none of them, so they stay summary keys (labelled as the index showed them)
+    words = ("claim_evidence", "claim_verdict", "counter_turns", "counter_turns_complete")
+    return out + [(k, _summary_value(s, k)) for k in words]
+
+
+def _summary_value(s: Mapping[str, Any], key: str) -> str | None:
+    """``s[key]`` for a reader (:func:`fmt_number`), None when absent: for what rows do not carry."""
+    return None if s.get(key) is None else fmt_number(s[key])
+
+
+def key_numbers_from_rows(
+    stem: str, rows: Sequence[Mapping[str, Any]], s: Mapping[str, Any] | None = None
+) -> list[tuple[str, str]]:
+    """:func:`key_numbers` read by field from a study's typed rows (:func:`fp8lab.summary_table.one` on metric,
+    kv dtype, baseline, setting, concurrency...): each value with the unit of its row, and its 95% interval and
+    ``n`` where the row has an interval (:func:`fmt_row`). A number whose row is missing (a producer that renamed
+    its metric) is left out; it is never looked up in the summary instead. Only what rows cannot carry (a verdict's
+    word, a run parameter) is read from the summary ``s``, each such place commented. Study 02's rows carry its
+    scale differences and end-to-end quality, none of its index numbers: its index reads its summary. A study fp8lab
+    does not know shows its first rows."""
+    s = s or {}
+    out: list[tuple[str, str | None]]
+    if stem.startswith("00_"):
+        out = _rows_00(rows)
+    elif stem.startswith("01_"):
+        out = _rows_01(rows, s)
+    elif stem.startswith("02_"):
+        # the 32-token claim's verdict, the tokens to its threshold and the per-head vs per-tensor logprob change
+        # are not rows (its rows hold the scale sets' differences and quality): read from the summary
+        return key_numbers_from_summary(stem, dict(s))
+    elif stem.startswith("03_"):
+        out = _rows_03(rows, s)
+    elif stem.startswith("04_"):
+        out = _rows_04(rows, s)
+    elif stem.startswith("06_"):
+        out = _rows_06(rows)
+    elif stem.startswith("07_"):
+        out = _rows_07(rows, s)
+    else:
+        out = [
+            (
+                f"{r['metric']}, {r['kv_dtype']}"
+                + (f" vs {r['baseline']}" if r["baseline"] else "")
+                + f" ({r['setting']})",
+                fmt_row(r),
+            )
+            for r in rows[:6]
+        ]
+    return [(label, value) for label, value in out if value is not None]
 
 
 def runs_provenance(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -321,7 +612,15 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
             else "provenance in its engines' records"
         )
         kept = f" <small>(kept from {html.escape(e['from'])}: {html.escape(origin)})</small>" if e.get("from") else ""
-        nums = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in key_numbers(name, s))
+        # the key numbers: by field from the study's typed rows where this folder has them, else (a report rendered
+        # before the rows existed) from its flat summary's keys; a rows file that does not fit the schema shows why
+        # and no numbers, never the summary's instead
+        try:
+            numbers = key_numbers(name, s, study_rows(out_dir, name))
+        except StudyRowsError as exc:
+            numbers = []
+            err += f"<p class='failed'>Key numbers not shown: {html.escape(str(exc))}</p>"
+        nums = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in numbers)
         links = [f'<a href="{html.escape(e["html"])}#verdict">verdict</a>'] if e.get("html") else []
         if (out_dir / f"{name}.summary.json").exists():
             links.append(f'<a href="{html.escape(name)}.summary.json">all {len(s)} recorded values (JSON)</a>')
