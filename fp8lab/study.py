@@ -128,6 +128,8 @@ class Study(Protocol):
 
 #: The registered studies: notebook stem -> the module that implements :class:`Study` (imported by :func:`load`).
 STUDIES: dict[str, str] = {
+    "02_calibration_32_tokens": "fp8lab.calibration.study",
+    "03_quality_token_match": "fp8lab.quality.study",
     "04_long_context_ramp_128k": "fp8lab.longctx.study",
     "07_prefix_cache": "fp8lab.prefix.study",
 }

@@ -30,7 +30,12 @@ from fp8lab.specs import spec_hash
 
 # ------------------------------------------------------------------------------------------ the contract itself
 def test_every_registered_study_satisfies_the_contract():
-    assert set(study.STUDIES) == {"04_long_context_ramp_128k", "07_prefix_cache"}
+    assert set(study.STUDIES) == {
+        "02_calibration_32_tokens",
+        "03_quality_token_match",
+        "04_long_context_ramp_128k",
+        "07_prefix_cache",
+    }
     for name in study.STUDIES:
         mod = study.load(name)
         assert study.missing(mod) == [] and study.check(mod) is mod
@@ -67,7 +72,9 @@ def test_check_names_the_missing_member(member):
 
 
 def test_load_refuses_an_unregistered_study():
-    with pytest.raises(KeyError, match=re.escape("registered are 04_long_context_ramp_128k | 07_prefix_cache")):
+    with pytest.raises(
+        KeyError, match=re.escape("registered are 02_calibration_32_tokens | 03_quality_token_match | 04")
+    ):
         study.load("08_nothing")
 
 
