@@ -167,7 +167,8 @@ class Results:
         scales = Verdict(
             claim_id="02.prompt_scales",
             claim=f"Scales from a {ntok}-token prompt are within {c.claim_threshold} of a large calibration set's on "
-            "average (relative difference per layer, KV head and tensor)",
+            "average, read as a relative difference per layer, KV head and tensor (the claims audit's claim 10 reads "
+            "it as an absolute one)",
             verdict=word,
             sentence=f"{first} vs the large set ({self.cal.large.n_samples} samples, {self.cal.large.n_tokens} tokens, "
             f"{Path(c.model).name}): mean relative difference {means}.",

@@ -153,7 +153,7 @@ def test_study_02_prompt_scales_verdict(means, word):
     v, _ = _results_02(means, None).verdict()
     assert (v.claim_id, v.verdict, v.n) == ("02.prompt_scales", word, 8)
     assert v.detectable == "exact (deterministic scales from captured K/V)"
-    assert "32-token prompt" in v.claim and "0.03" in v.claim
+    assert "32-token prompt" in v.claim and "0.03" in v.claim and "relative difference" in v.claim
     assert "512 samples, 131072 tokens" in v.sentence and "e4m3/attn_head" in v.sentence
 
 
