@@ -97,10 +97,9 @@ def test_the_package_offers_every_former_public_name(study):
 
 def test_functions_named_like_a_submodule_stay_functions():
     from fp8lab import capacity as cap
-    from fp8lab import decode, serving
+    from fp8lab import decode, quality, serving
     from fp8lab import longctx as lc
     from fp8lab import prefix as px
-    from fp8lab import quality
 
     for name in (
         "fp8lab.longctx.tables",
