@@ -5,15 +5,16 @@ hand-made numbers (the tables are the results' inputs; the verdict functions are
 
 from __future__ import annotations
 
+import json
 import types
 
 import pandas as pd
 import pytest
 
-from fp8lab import calibration, quality, study
+from fp8lab import audit, calibration, quality, study
 from fp8lab.calibration import study as s02
 from fp8lab.errors import SpecError
-from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
 from fp8lab.quality import study as s03
 from fp8lab.report import load_profile, resolved_parameters
 
@@ -119,68 +120,55 @@ def test_study_03_verdicts_on_the_audits_scale():
 
 
 # ------------------------------------------------------------------------------------------ Study 02's verdicts
-def _results_02(means: dict[tuple[str, str], float], head_check: dict | None) -> s02.Results:
-    spec = s02.Spec.from_params(_params(s02.NAME))
-    first = spec.calibration.prompt_name(spec.calibration.prompt_tokens[0])
-    diff_summary = pd.DataFrame(
-        [{"name": first, "format": f, "strategy": st, "rel_diff_mean": m} for (f, st), m in means.items()]
-        + [{"name": "large", "format": "e4m3", "strategy": "tensor", "rel_diff_mean": 0.0}]
-    )
-    diff = pd.DataFrame(  # 2 layers x 2 heads x K/V values per format and strategy
-        [{"name": first, "format": f, "strategy": st} for (f, st) in means for _ in range(8)]
-    )
-    cap = types.SimpleNamespace(n_tokens=32, n_samples=512)
-    cal = types.SimpleNamespace(
-        captures={first: cap, "large": cap}, large=types.SimpleNamespace(n_samples=512, n_tokens=131072)
-    )
-    res = s02.Results(spec, cal, runs=None)  # type: ignore[arg-type]
-    res.__dict__["_tables"] = {"diff_summary": diff_summary, "diff": diff}
-    res.__dict__["head_check"] = head_check
-    return res
+H200_02 = REPO_ROOT / "reports" / "h200" / "02_calibration_32_tokens.summary.json"
+
+
+def _s02(means: dict[str, float], rel: float = 0.3, **extra) -> dict:
+    """A Study 02 summary as its notebook records it: the prompt cut's mean absolute and relative differences."""
+    s = {"prompt_set": "prompt32", "calib_samples": 512, "calib_tokens": 102400, **extra}
+    for k, m in means.items():
+        s[f"absdiff.prompt32.{k}.mean"], s[f"reldiff.prompt32.{k}.mean"] = m, rel
+    return s
 
 
 @pytest.mark.parametrize(
     ("means", "word"),
     [
-        ({("e4m3", "tensor"): 0.01, ("e4m3", "attn_head"): 0.029}, "confirmed"),
-        ({("e4m3", "tensor"): 0.01, ("e4m3", "attn_head"): 0.3}, "inconclusive"),
-        ({("e4m3", "tensor"): 0.03, ("e4m3", "attn_head"): 0.3}, "refuted"),  # the claim is "less than"
+        # 0.4% absolute, 30% relative (the H200's case): the old study rule, reading it relative, said refuted
+        ({"e4m3.tensor": 0.004, "e4m3.attn_head": 0.0038}, "confirmed"),
+        ({"e4m3.tensor": 0.01, "e4m3.attn_head": 0.3}, "inconclusive"),
+        ({"e4m3.tensor": 0.03, "e4m3.attn_head": 0.3}, "refuted"),  # the claim is "less than"
     ],
 )
-def test_study_02_prompt_scales_verdict(means, word):
-    threshold = s02.Spec.from_params(_params(s02.NAME)).calibration.claim_threshold
-    assert threshold == 0.03
-    v, _ = _results_02(means, None).verdict()
-    assert (v.claim_id, v.verdict, v.n) == ("02.prompt_scales", word, 8)
-    assert v.detectable == "exact (deterministic scales from captured K/V)"
-    assert "32-token prompt" in v.claim and "0.03" in v.claim and "relative difference" in v.claim
-    assert "512 samples, 131072 tokens" in v.sentence and "e4m3/attn_head" in v.sentence
+def test_study_02_judges_claim_10_by_the_audits_rule(means, word):
+    """Study 02 and the claims audit judge claim 10 by one rule: the same words on the same summary."""
+    s = _s02(means)
+    v10, _ = s02.judge(s, None, "data/models/fp8lab-tiny-qwen3", "CPU (test)", "0.32.0")
+    rep = audit.Report("r", REPO_ROOT, {s02.NAME: s}, {}, {})
+    assert (v10.claim_id, v10.verdict) == ("10", word) == ("10", audit.rule_32_token_calibration(rep).verdict)
+    assert v10.detectable == "exact (deterministic scales from recorded K/V)" and v10.n is None
+    assert "30%" in v10.sentence and "CPU (test)" in v10.sentence  # the relative difference is shown beside it
+
+
+def test_study_02_agrees_with_the_audit_on_the_committed_h200_run():
+    s = json.loads(H200_02.read_text())
+    got = {v.claim_id: v.verdict for v in s02.judge(s, None, "data/configs/qwen3-8b", "NVIDIA H200", "0.26.0")}
+    rep = audit.Report("h200", H200_02.parent, {s02.NAME: s}, {}, {})
+    assert got == {"10": audit.rule_32_token_calibration(rep).verdict, "14": audit.rule_dynamic_per_head(rep).verdict}
+    assert got["10"] == "confirmed"  # mean |difference| 0.0038 < 0.03, though 28-30% relative
 
 
 @pytest.mark.parametrize(
-    ("head_check", "word", "n"),
+    ("extra", "word"),
     [
-        (None, "not testable here", None),
-        (
-            {"reduced": None, "outcome": "not tested (an engine did not run)", "head_ratio_max": 1.5},
-            "not testable here",
-            None,
-        ),
-        (
-            {"reduced": True, "outcome": "reduced to max over heads", "head_ratio_max": 2.5, "n_logprobs": 640},
-            "refuted",
-            640,
-        ),
-        (
-            {"reduced": False, "outcome": "per-head scales applied", "head_ratio_max": 2.5, "n_logprobs": 640},
-            "inconclusive",
-            640,
-        ),
+        ({}, "not testable here"),  # neither check ran: nothing to judge
+        ({"head_reduction.reduced": True, "head_reduction.outcome": "reduced to max over heads"}, "refuted"),
+        ({"head_reduction.reduced": False, "head_reduction.outcome": "per-head scales applied"}, "confirmed"),
+        ({"head_reduction.reduced": False, "dynamic.offered": False, "dynamic.status": "invalid"}, "refuted"),
     ],
 )
-def test_study_02_per_head_verdict(head_check, word, n):
-    _, v = _results_02({("e4m3", "tensor"): 0.01}, head_check).verdict()
-    assert (v.claim_id, v.verdict, v.n) == ("02.per_head", word, n)
-    assert (v.detectable is None) == (n is None)
-    if head_check is not None:
-        assert v.sentence.startswith(f"per-head scales: {head_check['outcome']} on this backend (heads' scales differ")
+def test_study_02_judges_claim_14_by_the_audits_rule(extra, word):
+    s = _s02({"e4m3.tensor": 0.004}, **extra)
+    _, v14 = s02.judge(s, None, "data/models/fp8lab-tiny-qwen3")
+    rep = audit.Report("r", REPO_ROOT, {s02.NAME: s}, {}, {})
+    assert (v14.claim_id, v14.verdict) == ("14", word) == ("14", audit.safe(audit.rule_dynamic_per_head, rep).verdict)
