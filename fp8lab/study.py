@@ -130,6 +130,8 @@ class Study(Protocol):
 STUDIES: dict[str, str] = {
     "00_kv_memory_estimation": "fp8lab.capacity.study",
     "01_kv_dtype_auto_vs_fp8": "fp8lab.serving.study",
+    "02_calibration_32_tokens": "fp8lab.calibration.study",
+    "03_quality_token_match": "fp8lab.quality.study",
     "04_long_context_ramp_128k": "fp8lab.longctx.study",
     "05_claims_audit": "fp8lab.audit.study",
     "06_decode_speed": "fp8lab.decode.study",

@@ -318,13 +318,14 @@ def to_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
 
 def write_rows(rows: Iterable[Mapping[str, Any]], path: str | Path, parquet: bool = True) -> Path:
     """Validate ``rows`` (:func:`validate`; nothing is written when one fails) and write them as JSON to ``path``
-    (a list of objects, :data:`FIELDS` order) and, with ``parquet``, beside it as Parquet (:func:`parquet_path`).
+    (a list of objects in :data:`FIELDS` order, one compact row per line: a diff shows the rows that changed, and
+    committed reports stay small) and, with ``parquet``, beside it as Parquet (:func:`parquet_path`).
     Each file is written under a temporary name and renamed, so a reader never sees half of one."""
     clean = validate(rows)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(clean, indent=1))
+    tmp.write_text("[\n" + ",\n".join(json.dumps(r, separators=(",", ":")) for r in clean) + "\n]\n")
     os.replace(tmp, path)
     if parquet:
         pq = parquet_path(path)

@@ -34,6 +34,8 @@ def test_every_registered_study_satisfies_the_contract():
     assert set(study.STUDIES) == {
         "00_kv_memory_estimation",
         "01_kv_dtype_auto_vs_fp8",
+        "02_calibration_32_tokens",
+        "03_quality_token_match",
         "04_long_context_ramp_128k",
         "05_claims_audit",
         "06_decode_speed",
@@ -76,7 +78,7 @@ def test_check_names_the_missing_member(member):
 
 def test_load_refuses_an_unregistered_study():
     with pytest.raises(
-        KeyError, match=re.escape("registered are 00_kv_memory_estimation | 01_kv_dtype_auto_vs_fp8 | 04_long")
+        KeyError, match=re.escape("registered are 00_kv_memory_estimation | 01_kv_dtype_auto_vs_fp8 | 02_cal")
     ):
         study.load("08_nothing")
 

@@ -1,8 +1,9 @@
-"""The studies split into subpackages (issue 16: ``fp8lab/capacity/``, ``fp8lab/longctx/``, ``fp8lab/prefix/``,
-``fp8lab/serving/``, ``fp8lab/decode/``, ``fp8lab/audit/``): every name the former single modules offered is still on the package, the
-functions whose names match a submodule (``px.summary``, ``px.verdict``, ``lc.tables``) stay the functions, the
-modules import downwards only (``spec`` never imports ``run`` or a table), each stays under about 600 lines, and
-importing a study does not load matplotlib."""
+"""The studies split into subpackages (issue 16: ``fp8lab/capacity/``, ``fp8lab/serving/``,
+``fp8lab/calibration/``, ``fp8lab/quality/``, ``fp8lab/longctx/``, ``fp8lab/audit/``, ``fp8lab/decode/``,
+``fp8lab/prefix/``): every name the former single modules offered is still on the package, the functions whose
+names match a submodule (``px.summary``, ``px.verdict``, ``lc.tables``, ``quality.verdict``) stay the functions,
+the modules import downwards only (``spec`` never imports ``run`` or a table; Study 02 builds on Study 03, never
+the reverse), each stays under about 600 lines, and importing a study does not load matplotlib."""
 
 from __future__ import annotations
 
@@ -55,6 +56,21 @@ PUBLIC = {
         rule_block_size rule_gain_at_batch_1 rule_long_speed rule_long_tpot rule_loss_grows_with_batch rule_mix
         rule_top3_band rule_top3_threshold rule_total_memory rule_ttft_spread safe study_setting styled
         summary_values verdict_frame verdict_markdown""",
+    "calibration": """AmaxCapture CALIB_ATTN CALIB_PROMPT CLAIM_THRESHOLD Calibration CalibrationPool CalibrationSpec
+        DYNAMIC_LABEL EMULATED_SUFFIX FORMAT_DTYPES MANIFEST REFERENCE SCALES_FILE STRATEGIES STUDY ScaleSet Strategy
+        Tensor VLLM_DYNAMIC_DIVISORS attention_prefixes build_scale_sets calibrate calibration_pool capture_amax
+        capture_heldout capture_path claim_verdict convergence_table default_scale_set draw_samples export_scale_set
+        export_sets find_set head_reduction_check headline kv_cache_scheme_for logprob_vectors prompt_ids prompt_points
+        quality_label quality_phases quality_reserved_tokens quality_scale_sets quant_error_summary quant_error_table
+        rel_diff run_dynamic scale_diff_summary scale_diff_table scale_set_dir scale_set_from_capture scale_tensors
+        scales_from_amax snr_db stored_capture summary_rows tokens_to_threshold _batches CalibrationStudySpec""",
+    "quality": """BASELINE CopyItem DEFAULT_PROMPTS KVConfig PHASES QualityRuns QualitySpec REPORT_FINE_BAND
+        REPORT_N_TOKENS REPORT_THRESHOLD VerdictRules agreement_rate attention_error_table by_position capture_prompts
+        copy_task_items delta_ppl_pct engine_roundtrip first_divergence greedy_phase greedy_table headline
+        identical_prefix_len kl_topk kv_configs load_prompt_set perplexity ppl_by_label ppl_phase ppl_table ppl_windows
+        roundtrip_points roundtrip_summary roundtrip_table run_quality study_phases summary_rows summary_table
+        task_phase task_table task_tf_phase teacher_phase teacher_table token_match_fraction top3_by_category
+        topk_curve topk_overlap verdict verdict_markdown _attention QualityStudySpec""",
 }
 #: The audit's rule modules, by topic.
 RULE_TOPICS = ("memory", "serving", "longctx", "quality", "facts")
@@ -66,6 +82,8 @@ ABOVE_SPEC = {
     "serving": {"schedule", "estimate", "paired", "run", "tables", "deltas", "verdict", "summary", "fidelity", "plots"},
     "decode": {"run", "tables", "verdict", "summary", "plots"},
     "audit": {"run", "tables", "verdict", "summary", "readers", "study", *(f"rules_{t}" for t in RULE_TOPICS)},
+    "calibration": {"run", "capture", "scales", "tables", "export", "endtoend", "verdict", "summary", "plots", "study"},
+    "quality": {"run", "metrics", "inputs", "tables", "roundtrip", "verdict", "summary", "plots", "study"},
 }
 MAX_LINES = 600
 
@@ -79,7 +97,7 @@ def test_the_package_offers_every_former_public_name(study):
 
 def test_functions_named_like_a_submodule_stay_functions():
     from fp8lab import capacity as cap
-    from fp8lab import decode, serving
+    from fp8lab import decode, quality, serving
     from fp8lab import longctx as lc
     from fp8lab import prefix as px
 
@@ -93,6 +111,7 @@ def test_functions_named_like_a_submodule_stay_functions():
         "fp8lab.serving.verdict",
         "fp8lab.decode.summary",
         "fp8lab.decode.verdict",
+        "fp8lab.quality.verdict",
     ):
         mod = importlib.import_module(name)  # importing the submodule again must not rebind the package's name
         assert mod.__name__ == name and mod.__file__.endswith(name.rsplit(".", 1)[1] + ".py")
@@ -104,6 +123,7 @@ def test_functions_named_like_a_submodule_stay_functions():
     assert callable(serving.verdict) and serving.verdict.__name__ == "verdict"
     assert callable(decode.summary) and decode.summary.__name__ == "summary"
     assert callable(decode.verdict) and decode.verdict.__name__ == "verdict"
+    assert callable(quality.verdict) and quality.verdict.__module__ == "fp8lab.quality.verdict"
     for pkg in (px, lc, cap, serving, decode):
         assert set(pkg.__all__) <= set(dir(pkg))
 
@@ -155,9 +175,18 @@ def test_modules_import_downwards_only_and_stay_small(study):
 def test_importing_a_study_loads_neither_matplotlib_nor_vllm():
     code = (
         "import sys, fp8lab.capacity, fp8lab.longctx, fp8lab.prefix, fp8lab.serving.study, fp8lab.decode.study, "
-        "fp8lab.audit.study; "
+        "fp8lab.audit.study, fp8lab.calibration, fp8lab.quality; "
         "print(sorted(m for m in ('matplotlib', 'vllm', 'torch') if m in sys.modules))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]", res.stdout
+
+
+def test_study_02_builds_on_study_03_never_the_reverse():
+    """Study 02 (``fp8lab.calibration``) runs Study 03's measures; nothing in ``fp8lab/quality/`` imports it back."""
+    qdir = REPO_ROOT / "fp8lab" / "quality"
+    back = {p.name: _imports(p) for p in qdir.glob("*.py")}
+    assert len(back) >= 8
+    assert not {n: m for n, m in back.items() if any(x.startswith("fp8lab.calibration") for x in m)}
+    assert any(x.startswith("fp8lab.quality") for x in _imports(REPO_ROOT / "fp8lab" / "calibration" / "study.py"))
