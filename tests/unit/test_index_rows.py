@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 
 import pytest
 from test_metrics import _FakeEngine, _plan, engine  # noqa: F401 - the fake paired study of the serving tests
 
-from fp8lab import results, serving, study
+from fp8lab import serving
 from fp8lab import summary_table as st
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
 from fp8lab.report import load_profile, record_summary, resolved_parameters, write_index
@@ -164,36 +163,15 @@ def test_study_03_key_numbers_from_hand_made_rows_are_the_committed_summarys():
 
 
 # -------------------------------------------------------------------------------------- Studies 04, 06, 07
-@pytest.fixture(scope="module")
-def h200_store(tmp_path_factory):
-    """The committed H200 stores of Studies 04, 06 and 07, unpacked; the runs' model paths (the H200 host's checkout,
-    part of each run's hash) rewritten to this checkout's, so ``FP8LAB_STORE_ONLY`` finds them here."""
-    root = tmp_path_factory.mktemp("h200-store")
-    for name in ("04_long_context", "06_decode", "07_prefix_cache"):
-        with tarfile.open(H200 / "records" / f"{name}.tar.gz") as tf:
-            tf.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    for f in root.rglob("spec.json"):
-        f.write_text(f.read_text().replace("/work/main/", f"{REPO_ROOT}/"))
-    return root
+def _load(h200_study, name: str, **extra):
+    """A study of the H200 report from the committed store: its flat summary (JSON-clean, as recorded) and rows."""
+    _, s, rows = h200_study(name, **extra)
+    return json.loads(json.dumps(s, default=str)), rows
 
 
-def _load(name: str, store, **extra):
-    """A study of the H200 report from the store: its flat summary (JSON-clean, as recorded) and its rows."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv(results.STORE_ONLY_ENV, "1")  # never an engine: what the store lacks is an error
-    mp.setenv("FP8LAB_RUNS", str(store))
-    try:
-        mod = study.load(name)
-        spec = mod.Spec.from_params(_h200_params(name, **extra))
-        res = mod.run(spec, progress=False) if name.startswith("04") else mod.run(spec, store=store)
-        return json.loads(json.dumps(res.summary(), default=str)), res.rows()
-    finally:
-        mp.undo()
-
-
-def test_study_04_key_numbers_from_rows_are_the_summarys(h200_store, tmp_path):
+def test_study_04_key_numbers_from_rows_are_the_summarys(h200_study, tmp_path):
     stem = "04_long_context_ramp_128k"
-    s, rows = _load(stem, h200_store)
+    s, rows = _load(h200_study, stem)
     got = _same_numbers(stem, s, rows)
     assert got["longest context the engine holds, auto → fp8"] == (
         f"{s['auto.longest_engine']:,} → {s['fp8.longest_engine']:,} tokens"
@@ -203,9 +181,9 @@ def test_study_04_key_numbers_from_rows_are_the_summarys(h200_store, tmp_path):
     assert "KV budget" in page  # a run parameter, read from the summary in either case
 
 
-def test_study_06_key_numbers_from_rows_are_the_summarys(h200_store, tmp_path):
+def test_study_06_key_numbers_from_rows_are_the_summarys(h200_study, tmp_path):
     stem = "06_decode_speed"
-    s, rows = _load(stem, h200_store, BANDWIDTH_GBS=BANDWIDTH_GBS)
+    s, rows = _load(h200_study, stem, BANDWIDTH_GBS=BANDWIDTH_GBS)
     got = _same_numbers(stem, s, rows)
     n = len(s["points"])
     assert got["grid points (batch x context) measured by both dtypes"] == str(n) and n == 20
@@ -216,12 +194,12 @@ def test_study_06_key_numbers_from_rows_are_the_summarys(h200_store, tmp_path):
     assert "KV blocks as the formula predicts" not in no_formula  # not "no": there is nothing to compare
 
 
-def test_study_07_key_numbers_from_rows(h200_store, tmp_path):
+def test_study_07_key_numbers_from_rows(h200_study, tmp_path):
     """Study 07's index showed its summary's first scalar keys; from its rows it shows each workload's knees, the
     largest |fp8 - auto| hit rate while auto holds and fp8's largest gain (the summary's own numbers), and keeps the
     summary keys rows cannot carry (the claim's words, the block size, the counter turns) under their old labels."""
     stem = "07_prefix_cache"
-    s, rows = _load(stem, h200_store)
+    s, rows = _load(h200_study, stem)
     flat, got = dict(key_numbers(stem, s)), dict(key_numbers(stem, s, rows))
     for k in ("block_size", "claim_verdict", "claim_evidence", "counter_turns", "counter_turns_complete"):
         assert got[k] == flat[k]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import tarfile
 
 import pytest
 from test_kvmath import TINY, _fake_engine
@@ -156,34 +155,8 @@ def test_study_00_measured_rows_and_a_missed_block(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ Studies 04, 07
-@pytest.fixture(scope="module")
-def h200_store(tmp_path_factory):
-    """The committed H200 stores of Studies 04 and 07, unpacked; the runs' model paths (the H200 host's checkout,
-    part of each run's hash) rewritten to this checkout's, so ``FP8LAB_STORE_ONLY`` finds them here."""
-    root = tmp_path_factory.mktemp("h200-store")
-    for name in ("04_long_context", "07_prefix_cache"):
-        with tarfile.open(H200 / "records" / f"{name}.tar.gz") as tf:
-            tf.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    for f in root.rglob("spec.json"):
-        f.write_text(f.read_text().replace("/work/main/", f"{REPO_ROOT}/"))
-    return root
-
-
-def _load(name: str, store):
-    mp = pytest.MonkeyPatch()
-    mp.setenv(results.STORE_ONLY_ENV, "1")  # never an engine: what the store lacks is an error
-    mp.setenv("FP8LAB_RUNS", str(store))
-    try:
-        mod = study.load(name)
-        spec = mod.Spec.from_params(_h200_params(name))
-        res = mod.run(spec, progress=False) if name.startswith("04") else mod.run(spec, store=store)
-        return res, res.summary(), res.rows()
-    finally:
-        mp.undo()
-
-
-def test_study_04_rows_from_the_h200_store(h200_store):
-    res, s, rows = _load("04_long_context_ramp_128k", h200_store)
+def test_study_04_rows_from_the_h200_store(h200_study):
+    res, s, rows = h200_study("04_long_context_ramp_128k")
     eng = res.run.engines
     # every H200 engine came from the store (a CPU without the FP8 kernel also asks for emulated quality engines,
     # which the store lacks: those are errors, and no row reads them)
@@ -221,8 +194,8 @@ def test_study_04_rows_from_the_h200_store(h200_store):
     assert s["fp8.num_blocks_engine"] // 2 == s["auto.num_blocks_engine"] == 10922
 
 
-def test_study_07_rows_from_the_h200_store(h200_store):
-    res, s, rows = _load("07_prefix_cache", h200_store)
+def test_study_07_rows_from_the_h200_store(h200_study):
+    res, s, rows = h200_study("07_prefix_cache")
     assert st.validate(rows) == rows and {r["study"] for r in rows} == {"prefix_cache"}
     committed = json.loads((H200 / "07_prefix_cache.summary.json").read_text())
     assert json.dumps(_clean(s), sort_keys=True) == json.dumps(committed, sort_keys=True)

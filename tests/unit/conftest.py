@@ -1,0 +1,55 @@
+"""Fixtures shared by the unit tests: the committed H200 stores of Studies 04, 06 and 07, unpacked once per session,
+and each study loaded from them once (several test files check its rows, summary and index numbers)."""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from fp8lab import results, study
+from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
+from fp8lab.report import load_profile, resolved_parameters
+
+H200 = REPO_ROOT / "reports" / "h200"
+
+
+@pytest.fixture(scope="session")
+def h200_store(tmp_path_factory):
+    """The committed H200 stores of Studies 04, 06 and 07, unpacked; the runs' model paths (the H200 host's checkout,
+    part of each run's hash) rewritten to this checkout's, so ``FP8LAB_STORE_ONLY`` finds them here."""
+    root = tmp_path_factory.mktemp("h200-store")
+    for name in ("04_long_context", "06_decode", "07_prefix_cache"):
+        with tarfile.open(H200 / "records" / f"{name}.tar.gz") as tf:
+            tf.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    for f in root.rglob("spec.json"):
+        f.write_text(f.read_text().replace("/work/main/", f"{REPO_ROOT}/"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def h200_study(h200_store) -> Callable[..., tuple[Any, dict, list]]:
+    """``load(notebook_stem, **parameter_overrides) -> (results, summary, rows)``: the study on the H200 profile's
+    parameters, run on the committed store under ``FP8LAB_STORE_ONLY`` (never an engine: what the store lacks is an
+    error), once per session and arguments."""
+    cache: dict[tuple, tuple[Any, dict, list]] = {}
+
+    def load(name: str, **extra: Any) -> tuple[Any, dict, list]:
+        key = (name, tuple(sorted(extra.items())))
+        if key not in cache:
+            mp = pytest.MonkeyPatch()
+            mp.setenv(results.STORE_ONLY_ENV, "1")
+            mp.setenv("FP8LAB_RUNS", str(h200_store))
+            try:
+                mod = study.load(name)
+                params = resolved_parameters(NOTEBOOKS_DIR / f"{name}.ipynb", load_profile("h200"), extra)
+                spec = mod.Spec.from_params(params)
+                res = mod.run(spec, progress=False) if name.startswith("04") else mod.run(spec, store=h200_store)
+                cache[key] = (res, res.summary(), res.rows())
+            finally:
+                mp.undo()
+        return cache[key]
+
+    return load
