@@ -244,6 +244,20 @@ def run_study(
 EMULATED_ROLE = "quality-emulated"
 
 
+def emulated_kv_gib(model: str, phases: Sequence[Phase], longest: int) -> float:
+    """A bf16 KV budget (GiB) for the emulated quality engine when the plan sets none: its phases' most concurrent
+    sequences at their longest length, one 128-token block of slack each, x1.25, rounded up to 1/64 GiB. Without a
+    budget vLLM's CPU backend reserves ``gpu_memory_utilization`` (0.9) of the NUMA node's memory and refuses to
+    start when other processes hold more than the rest (seen on a 2-core AVX2 machine in the main job)."""
+    import math
+
+    from fp8lab import kvmath
+
+    conc = max((p.concurrency for p in phases), default=1)
+    need = conc * (longest + 128) * kvmath.kv_bytes_per_token(kvmath.load_layout(model), "auto") * 1.25
+    return math.ceil(need / kvmath.GIB * 64) / 64
+
+
 def _run_emulated(
     plan: LongCtxPlan, q_phases: Sequence[Phase], study: str, run: Callable[..., Any]
 ) -> tuple[list[str], list[str]]:
@@ -271,9 +285,10 @@ def _run_emulated(
             label = fp8emu.emulated_label(dt)
             spec = plan.engine_spec(dt, quality=plan.quality_model is not None)
             # a bf16 cache takes twice the bytes: twice the budget holds the tokens the FP8 engine would
+            longest = max(r.prompt_len + r.max_tokens for p in q_phases for r in p.requests)
             spec = spec.replace(
-                max_model_len=max(r.prompt_len + r.max_tokens for p in q_phases for r in p.requests),
-                kv_cache_gib=2 * spec.kv_cache_gib if spec.kv_cache_gib else None,
+                max_model_len=longest,
+                kv_cache_gib=2 * spec.kv_cache_gib if spec.kv_cache_gib else emulated_kv_gib(qmodel, q_phases, longest),
             )
             run(EMULATED_ROLE, label, spec, q_phases, emulate=True)
             labels.append(label)

@@ -97,18 +97,26 @@ def test_longctx_without_the_kernel_emulates_only_the_quality_phases(forced_off,
     seen = []
 
     def guarded(spec, phases, study, driver, sample_interval_s, env=None):
-        seen.append((spec, study, env))
+        seen.append((spec, study, env, phases))
         u = unsupported_result(spec)
         return u if u is not None else fake(spec, phases, study, driver, sample_interval_s, env)
 
     monkeypatch.setattr(fp8lab.results, "run_cached", guarded)
     res = lc.run_study(plan, progress=False)
-    emu = [(s, st, e) for s, st, e in seen if e and fp8emu.ENV in e]
+    emu = [(s, st, e, p) for s, st, e, p in seen if e and fp8emu.ENV in e]
     assert len(emu) == 1
-    spec, study, env = emu[0]
+    spec, study, env, phases = emu[0]
     assert spec.kv_cache_dtype == "auto" and env[fp8emu.ENV] == "e4m3" and study.endswith(".fp8emu-e4m3")
-    native_gib = plan.engine_spec("fp8", quality=True).kv_cache_gib
-    assert spec.kv_cache_gib == (2 * native_gib if native_gib else None)  # a bf16 cache: twice the bytes
+    assert plan.engine_spec("fp8", quality=True).kv_cache_gib is None  # the notebooks' default: no quality budget
+    # never vLLM's CPU default (0.9 of the NUMA node, refused when other processes hold more than the rest): a budget
+    # for the phases' longest sequence at their highest concurrency, in bf16 (TINY: 3,072 B/token), with 25% slack
+    longest, conc = spec.max_model_len, max(p.concurrency for p in phases)
+    assert longest == max(r.prompt_len + r.max_tokens for p in phases for r in p.requests) >= 600
+    assert (
+        conc * (longest + 128) * 3072 * 1.25
+        <= spec.kv_cache_gib * 2**30
+        < conc * (longest + 128) * 3072 * 1.25 + 2**30 / 64
+    )
     assert res.emulated == ["fp8 (emulated)"]
     eng = res.engines.set_index(["role", "kv_dtype"])
     assert eng.loc[("ramp", "fp8"), "status"] == "unsupported"
