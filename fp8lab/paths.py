@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +23,24 @@ TINY_MODEL_DIR = MODELS_DIR / TINY_MODEL_NAME
 def runs_dir() -> Path:
     """Root of the results store (``$FP8LAB_RUNS`` or ``<repo>/runs``)."""
     return Path(os.environ.get("FP8LAB_RUNS", REPO_ROOT / "runs"))
+
+
+@contextlib.contextmanager
+def in_store(store: Path | str | None) -> Iterator[None]:
+    """``$FP8LAB_RUNS`` set to ``store`` for the duration (every engine run, capture and exported scale set a study
+    makes is kept under :func:`runs_dir`), restored after; None leaves it alone. A study's ``run(spec, store)``."""
+    if store is None:
+        yield
+        return
+    saved = os.environ.get("FP8LAB_RUNS")
+    os.environ["FP8LAB_RUNS"] = str(store)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("FP8LAB_RUNS", None)
+        else:
+            os.environ["FP8LAB_RUNS"] = saved
 
 
 #: When set (to anything), :func:`fp8lab.results.run_cached` loads stored runs only and answers a missing one with

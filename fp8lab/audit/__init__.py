@@ -181,6 +181,7 @@ from fp8lab.audit.rules_serving import (  # noqa: F401
 )
 from fp8lab.audit.run import (  # noqa: F401
     audit,
+    judge_run,
     links,
 )
 from fp8lab.audit.scale import (  # noqa: F401
@@ -268,6 +269,7 @@ __all__ = [
     "format_facts",
     "headline",
     "judge",
+    "judge_run",
     "links",
     "load_evidence",
     "load_options",

@@ -5,13 +5,14 @@ every rule (the ``rules_*`` modules), in the claims' order."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # every rule module registers its rules in RULES when imported (by topic, so not in the claims' order) ...
 from fp8lab.audit import rules_facts, rules_longctx, rules_memory, rules_quality, rules_serving  # noqa: F401
 from fp8lab.audit.claims import CLAIMS, Claim
-from fp8lab.audit.evidence import Evidence
-from fp8lab.audit.scale import NOT_TESTABLE, RULES, Finding
+from fp8lab.audit.evidence import Evidence, Report
+from fp8lab.audit.scale import NOT_TESTABLE, RULES, Finding, safe
 
 # ... so RULES is put in the claims' order, as the single module registered them before the split
 for _c in CLAIMS:
@@ -75,3 +76,33 @@ def audit(ev: Evidence) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def judge_run(
+    rep: Report, prefix: str, rules: Mapping[str, str], n: Callable[[str], int | None] = lambda cid: None
+) -> tuple[Any, ...]:
+    """A study's verdicts on its own run: each claim of ``rules`` (claim id -> the name of its per-report rule in
+    :mod:`fp8lab.audit`) judged by the audit's rule on ``rep`` (a :class:`Report` holding that one run), as the audit
+    judges each report before it weighs the reports' settings, as :class:`fp8lab.study.Verdict` s; ``n(claim_id)``:
+    the count the verdict rests on (None when the rule could not test the claim). One rule per claim, so a study and
+    the audit cannot disagree on the same numbers."""
+    import fp8lab.audit as audit
+    from fp8lab.study import Verdict
+
+    by_id = {c.id: c for c in CLAIMS}
+    out = []
+    for cid, fn in rules.items():
+        f = safe(getattr(audit, fn), rep)
+        why = "; ".join(x for x in (f.measured, f.on_what) if x)
+        text = by_id[cid].text
+        out.append(
+            Verdict(
+                claim_id=cid,
+                claim=text,
+                verdict=f.verdict,  # type: ignore[arg-type]  # the audit's scale (a unit test keeps them equal)
+                sentence=f"Claim '{text.rstrip('.')}': {f.verdict} on this run ({rep.setting(prefix).text}): {why}.",
+                n=None if f.verdict == NOT_TESTABLE else n(cid),
+                detectable=f.detectable or None,
+            )
+        )
+    return tuple(out)

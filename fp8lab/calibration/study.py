@@ -45,8 +45,9 @@ from fp8lab.calibration.tables import (
     scale_diff_table,
 )
 from fp8lab.calibration.verdict import claim_verdict
+from fp8lab.paths import in_store
 from fp8lab.quality.inputs import load_prompt_set, ppl_windows
-from fp8lab.quality.run import QualityRuns, in_store, run_quality
+from fp8lab.quality.run import QualityRuns, run_quality
 from fp8lab.quality.tables import greedy_table, ppl_table, summary_table, task_table, teacher_table
 from fp8lab.study import Verdict
 
@@ -73,22 +74,7 @@ def judge(
 
     index = {"notebooks": {NAME: {"ran_on": {"device": device, "vllm": vllm}, "parameters": {"MODEL": model}}}}
     rep = audit.Report("this run", runs_dir() / NAME, {NAME: dict(summary)}, index, {NAME: rows} if rows else {})
-    by_id = {c.id: c for c in audit.CLAIMS}
-    out = []
-    for cid, fn in CLAIMS.items():
-        f = audit.safe(getattr(audit, fn), rep)
-        why = "; ".join(x for x in (f.measured, f.on_what) if x)
-        text = by_id[cid].text.rstrip(".")
-        out.append(
-            Verdict(
-                claim_id=cid,
-                claim=by_id[cid].text,
-                verdict=f.verdict,  # type: ignore[arg-type]  # the audit's scale (a unit test keeps them equal)
-                sentence=f"Claim '{text}': {f.verdict} on this run ({rep.setting('02').text}): {why}.",
-                detectable=f.detectable or None,
-            )
-        )
-    return tuple(out)
+    return audit.judge_run(rep, "02", CLAIMS)
 
 
 class Spec(CalibrationStudySpec):

@@ -160,23 +160,7 @@ class Results:
         from fp8lab import audit
 
         rep = audit.Report("this run", self.run.run_dir, {NAME: self._summary}, {}, {NAME: self._rows})
-        by_id = {c.id: c for c in audit.CLAIMS}
-        out = []
-        for cid, fn in CLAIMS.items():
-            f = audit.safe(getattr(audit, fn), rep)
-            word = f.verdict
-            why = "; ".join(x for x in (f.measured, f.on_what) if x)
-            out.append(
-                Verdict(
-                    claim_id=cid,
-                    claim=by_id[cid].text,
-                    verdict=word,  # type: ignore[arg-type]  # the audit's scale (a unit test keeps them equal)
-                    sentence=f"Claim '{by_id[cid].text.rstrip('.')}': {word} on this run ({rep.setting(NAME[:2]).text}): {why}.",
-                    n=None if word == audit.NOT_TESTABLE else int(self._summary["n_reps"]),
-                    detectable=f.detectable or None,
-                )
-            )
-        return tuple(out)
+        return audit.judge_run(rep, NAME[:2], CLAIMS, lambda c: int(self._summary["n_reps"]))
 
     def markdown(self) -> str:
         """:func:`fp8lab.decode.verdict.verdict`'s headline bullets as a Markdown list."""

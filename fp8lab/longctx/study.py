@@ -25,12 +25,10 @@ of the random-vs-real table."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
-import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ from fp8lab.longctx.spec import LongCtxPlan
 from fp8lab.longctx.summary import summary_rows, summary_values
 from fp8lab.longctx.tables import Tables, tables
 from fp8lab.longctx.verdict import claims, verdict_markdown
+from fp8lab.paths import in_store
 from fp8lab.study import Verdict, VerdictWord
 
 NAME = "04_long_context_ramp_128k"
@@ -193,28 +192,10 @@ class Results:
         return verdict_markdown(self.run, self._tables, self._claims)
 
 
-@contextlib.contextmanager
-def _store(store: Path | None) -> Iterator[None]:
-    """``$FP8LAB_RUNS`` set to ``store`` for the duration (:func:`fp8lab.results.run_cached` stores every engine's
-    run under it), restored after; None leaves it alone."""
-    if store is None:
-        yield
-        return
-    saved = os.environ.get("FP8LAB_RUNS")
-    os.environ["FP8LAB_RUNS"] = str(store)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("FP8LAB_RUNS", None)
-        else:
-            os.environ["FP8LAB_RUNS"] = saved
-
-
 def run(
     spec: LongCtxPlan, store: Path | None = None, runner: Callable[..., Any] | None = None, progress: bool = True
 ) -> Results:
     """Run (or load) every engine of ``spec`` in the results store ``store`` (None: ``$FP8LAB_RUNS`` or ``runs/``):
     :func:`~fp8lab.longctx.run.run_study` (``runner`` and ``progress`` passed on: tests give a fake runner)."""
-    with _store(store):
+    with in_store(store):
         return Results(run_study(spec, runner=runner, progress=progress))

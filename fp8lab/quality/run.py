@@ -3,10 +3,7 @@ results store) -> :class:`QualityRuns`."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,21 +134,3 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
         raise RuntimeError(f"the baseline (auto) failed: {results[BASELINE].status}: {results[BASELINE].error}")
     notes = [emulation_note(emulated, reasons[0])] if emulated else []
     return QualityRuns(spec, tuple(ran), prompts, ref, results, windows, task, phases, notes)
-
-
-@contextlib.contextmanager
-def in_store(store: Path | None) -> Iterator[None]:
-    """``$FP8LAB_RUNS`` set to ``store`` for the duration (every engine run, capture and exported scale set is kept
-    under it: :func:`fp8lab.paths.runs_dir`), restored after; None leaves it alone."""
-    if store is None:
-        yield
-        return
-    saved = os.environ.get("FP8LAB_RUNS")
-    os.environ["FP8LAB_RUNS"] = str(store)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("FP8LAB_RUNS", None)
-        else:
-            os.environ["FP8LAB_RUNS"] = saved

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.paths import in_store
 from fp8lab.quality.roundtrip import (
     attention_error_table,
     capture_prompts,
@@ -36,7 +37,7 @@ from fp8lab.quality.roundtrip import (
     roundtrip_summary,
     roundtrip_table,
 )
-from fp8lab.quality.run import QualityRuns, in_store, run_quality
+from fp8lab.quality.run import QualityRuns, run_quality
 from fp8lab.quality.spec import BASELINE, QualityStudySpec
 from fp8lab.quality.summary import headline, summary_rows
 from fp8lab.quality.tables import (

@@ -17,14 +17,13 @@ capacity search; ``detectable``: the rule's smallest detectable effect."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.paths import in_store
 from fp8lab.serving.deltas import delta_table, method_table, noise_floor_table
 from fp8lab.serving.fidelity import fidelity_check
 from fp8lab.serving.run import ServingResult, run_study
@@ -156,47 +155,15 @@ class Results:
             }
         }
         rep = audit.Report("this run", runs_dir() / NAME, {NAME: self._summary}, index, {NAME: self._rows})
-        by_id = {c.id: c for c in audit.CLAIMS}
-        out = []
-        for cid, (fn, counts) in CLAIMS.items():
-            f = audit.safe(getattr(audit, fn), rep)
-            word = f.verdict
-            n = None if word == audit.NOT_TESTABLE else (int(self._summary["trials"]) if counts == "trials" else 1)
-            why = "; ".join(x for x in (f.measured, f.on_what) if x)
-            out.append(
-                Verdict(
-                    claim_id=cid,
-                    claim=by_id[cid].text,
-                    verdict=word,  # type: ignore[arg-type]  # the audit's scale (a unit test keeps them equal)
-                    sentence=f"Claim '{by_id[cid].text.rstrip('.')}': {word} on this run ({rep.setting(NAME[:2]).text}): {why}.",
-                    n=n,
-                    detectable=f.detectable or None,
-                )
-            )
-        return tuple(out)
+        trials = int(self._summary["trials"])
+        return audit.judge_run(
+            rep, NAME[:2], {c: fn for c, (fn, _) in CLAIMS.items()}, lambda c: trials if CLAIMS[c][1] == "trials" else 1
+        )
 
     def markdown(self) -> str:
         """:func:`fp8lab.serving.verdict.verdict`: the Markdown bullets, every number from the tables."""
         t = self._tables
         return verdict(self.result, t["deltas"], t["capacity"], t["search"], self._roof(), self.fidelity)
-
-
-@contextlib.contextmanager
-def _store(store: Path | None) -> Iterator[None]:
-    """``$FP8LAB_RUNS`` set to ``store`` for the duration (the paired study and the fidelity check keep their runs
-    under it), restored after; None leaves it alone."""
-    if store is None:
-        yield
-        return
-    saved = os.environ.get("FP8LAB_RUNS")
-    os.environ["FP8LAB_RUNS"] = str(store)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("FP8LAB_RUNS", None)
-        else:
-            os.environ["FP8LAB_RUNS"] = saved
 
 
 def run(
@@ -214,7 +181,7 @@ def run(
     from fp8lab.paths import runs_dir
 
     plan = spec.plan
-    with _store(store):
+    with in_store(store):
         res = run_study(plan, progress=progress, engine_factory=engine_factory)
         ok = set(res.engines[res.engines.status == "ok"].kv_dtype) if len(res.engines) else set()
         if not set(plan.kv_dtypes) <= ok:
