@@ -66,7 +66,7 @@ def engine_choices() -> dict[str, Any]:
     """What the installed vLLM accepts for ``kv_cache_dtype``, ``block_size`` and head size, asked of vLLM itself
     (never a list written here): ``kv_cache_dtypes`` (``vllm.config.cache.CacheDType``), ``platform``, ``default_backend``
     (the attention backend this platform always uses, ``CPU_ATTN`` on CPU; None on GPUs, where it depends on the
-    model) and per importable backend its ``kv_cache_dtypes`` (``supports_kv_cache_dtype``), ``block_sizes`` (the
+    model) and per backend this platform can import (on a CPU, the ``CPU_*`` ones) its ``kv_cache_dtypes`` (``supports_kv_cache_dtype``), ``block_sizes`` (the
     sizes 1..4096 its ``supports_block_size`` accepts) and ``head_sizes``."""
     from typing import get_args
 
@@ -77,7 +77,11 @@ def engine_choices() -> dict[str, Any]:
 
     dtypes = list(get_args(CacheDType))
     backends: dict[str, Any] = {}
-    for member in AttentionBackendEnum:
+    # On a CPU only the CPU backends: importing a GPU backend's kernels aborts the process there (vLLM 0.32 on an
+    # AVX2-only CPU has loaded its _C_AVX2 library; ROCM_FLASHMLA_SPARSE_DSV4's import loads _C as well, and torch
+    # aborts on the second registration of the namespace: no exception to catch).
+    members = [m for m in AttentionBackendEnum if not current_platform.is_cpu() or m.name.startswith("CPU_")]
+    for member in members:
         try:
             cls = member.get_class()
             backends[member.name] = {
@@ -132,10 +136,16 @@ def _write_cache(cache: Path, info: dict[str, Any]) -> None:
     os.replace(tmp, cache)
 
 
+#: The key of a cached :func:`cached_engine_choices` answer that says the installed vLLM could not answer (with why);
+#: the question is asked again only when vLLM's install or this module changes (:func:`_cache_file`).
+UNANSWERED = "unanswered"
+
+
 def cached_engine_choices(timeout_s: float = 600.0) -> dict[str, Any] | None:
     """:func:`engine_choices`, asked once per vLLM installation in a subprocess (this process never imports vLLM) and
     kept in the cache of :func:`_cache_file`; None when vLLM is not installed or cannot answer (then nothing is
-    checked ahead of the engine)."""
+    checked ahead of the engine). An installation that cannot answer is kept too (:data:`UNANSWERED`, with the
+    subprocess's exit code and stderr), so every engine start does not pay the 15 s of asking again."""
     import subprocess
     import sys
 
@@ -143,17 +153,22 @@ def cached_engine_choices(timeout_s: float = 600.0) -> dict[str, Any] | None:
     if cache is None:
         return None
     if (info := _read_cache(cache)) is not None:
-        return info
+        return None if UNANSWERED in info else info
     try:
-        out = subprocess.run(
+        proc = subprocess.run(
             [sys.executable, "-m", "fp8lab.vllm_options", "--choices"],
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            check=True,
-        ).stdout
-        info = json.loads(out.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        )
+    except (subprocess.SubprocessError, OSError):  # a timeout, a missing interpreter: asked again next time
+        return None
+    try:
+        info = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (ValueError, IndexError):
+        info = None
+    if not isinstance(info, dict):  # this installation cannot answer: kept, so each engine start does not ask again
+        _write_cache(cache, {UNANSWERED: f"exit code {proc.returncode}: {proc.stderr.strip()[-2000:]}"})
         return None
     _write_cache(cache, info)
     return info

@@ -52,3 +52,31 @@ def test_an_unreadable_cache_file_is_no_answer(cache_root, text):
     f = vo._cache_file("options")
     f.write_text(text)
     assert vo._read_cache(f) is None
+
+
+def _failing_python(tmp_path, calls):
+    """An interpreter stand-in that cannot answer: it counts its calls in ``calls`` and exits 3 with a message."""
+    exe = tmp_path / "python-that-aborts"
+    exe.write_text(f"#!/bin/sh\necho call >> {calls}\necho 'terminate called after throwing c10::Error' >&2\nexit 3\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_an_installation_that_cannot_answer_is_asked_once(cache_root, tmp_path, monkeypatch):
+    """Before this was kept, each engine start on an AVX2-only CPU re-ran the 15 s subprocess that aborted there."""
+    calls = tmp_path / "calls"
+    monkeypatch.setattr(sys, "executable", _failing_python(tmp_path, calls))
+    assert vo.cached_engine_choices() is None
+    assert vo.cached_engine_choices() is None
+    assert calls.read_text().count("call") == 1
+    kept = json.loads(vo._cache_file("choices").read_text())
+    assert kept[vo.UNANSWERED].startswith("exit code 3: ") and "c10::Error" in kept[vo.UNANSWERED]
+
+
+def test_a_kept_no_answer_is_none_and_a_kept_answer_is_the_answer(cache_root):
+    f = vo._cache_file("choices")
+    f.write_text(json.dumps({vo.UNANSWERED: "exit code 134: aborted"}))
+    assert vo.cached_engine_choices() is None  # this machine's vLLM would answer if it were asked again
+    answer = {"version": "0.0.test", "platform": "cpu", "kv_cache_dtypes": ["auto"], "backends": {}}
+    f.write_text(json.dumps(answer))
+    assert vo.cached_engine_choices() == answer
