@@ -200,12 +200,13 @@ def test_request_lengths(tiny_model):
 def test_block_size_the_installed_vllm_rejects_is_recorded_without_a_start(tiny_model):
     """Which block sizes the backend takes is asked of the installed vLLM (``supports_block_size``), not written in
     fp8lab: a size it refuses comes back as an ``unsupported`` run, with no engine started (no worker log)."""
+    from fp8lab.capability import detect
     from fp8lab.vllm_options import cached_engine_choices
 
-    from fp8lab.capability import detect
-
     info = cached_engine_choices()
-    if detect().platform == "cpu":  # every CPU answers (an AVX2-only one aborted here once: vllm_options.engine_choices)
+    if (
+        detect().platform == "cpu"
+    ):  # every CPU answers (an AVX2-only one aborted here once: vllm_options.engine_choices)
         assert info and info["default_backend"] == "CPU_ATTN", info
     backend = (info or {}).get("backends", {}).get((info or {}).get("default_backend") or "")
     if not backend:
