@@ -191,9 +191,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="JSON file to write")
     ap.add_argument("--choices", action="store_true", help="print engine_choices() as one JSON line and exit")
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="ask the installed vLLM both cached questions now (scripts/setup_cpu.sh), so no study pays them",
+    )
     args = ap.parse_args(argv)
     if args.choices:
         print(json.dumps(engine_choices()))
+        return 0
+    if args.warm:
+        choices, options = cached_engine_choices(), cached_inspect_vllm()
+        print(
+            f"vLLM {options['version']}: "
+            + (
+                f"{len(choices['kv_cache_dtypes'])} KV cache dtypes, attention backends {', '.join(choices['backends'])}"
+                if choices
+                else "its engine choices could not be read (engines start unchecked)"
+            )
+            + f"; {len(options['serve_flags'])} serve flags"
+        )
         return 0
     if not args.out:
         ap.error("--out is required")

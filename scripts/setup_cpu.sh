@@ -19,7 +19,10 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # CPU torch they fail to import ("operator torchvision::nms does not exist") and break transformers. fp8lab
 # needs none of them, so they go.
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
-"$VENV/bin/python" -c "import vllm, transformers, papermill, fp8lab" 
+"$VENV/bin/python" -c "import transformers, papermill, fp8lab"
+# vLLM imports here, once: what the installed build accepts (KV dtypes, block sizes) and its options are asked now
+# and kept in ~/.cache/fp8lab, so the first engine of a study does not spend 15-30 s asking (fp8lab.vllm_options).
+"$VENV/bin/python" -m fp8lab.vllm_options --warm
 rm -f "$VENV"/.fp8lab-setup-*
 touch "$stamp"
 echo "fp8lab: environment ready in $VENV"

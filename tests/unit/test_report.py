@@ -47,6 +47,9 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
         "PHASE_SECONDS",
         "MIN_LENGTH",
         "WORKLOADS",
+        "MAX_PROMPTS_PER_CATEGORY",
+        "QUALITY_LENGTH",
+        "RANDOM_TOKEN_LENGTHS",
     }
     changed = {
         (nb, k)
