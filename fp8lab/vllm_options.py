@@ -194,22 +194,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--warm",
         action="store_true",
-        help="ask the installed vLLM both cached questions now (scripts/setup_cpu.sh), so no study pays them",
+        help="ask the installed vLLM both cached questions now, in this process (scripts/setup_cpu.sh), so no study "
+        "pays them",
     )
     args = ap.parse_args(argv)
     if args.choices:
         print(json.dumps(engine_choices()))
         return 0
-    if args.warm:
-        choices, options = cached_engine_choices(), cached_inspect_vllm()
+    if args.warm:  # both answers from one vLLM import (setup_cpu.sh falls back to a plain import check if this fails)
+        options = cached_inspect_vllm()
+        choices = engine_choices()
+        if (cache := _cache_file("choices")) is not None:
+            _write_cache(cache, choices)
         print(
-            f"vLLM {options['version']}: "
-            + (
-                f"{len(choices['kv_cache_dtypes'])} KV cache dtypes, attention backends {', '.join(choices['backends'])}"
-                if choices
-                else "its engine choices could not be read (engines start unchecked)"
-            )
-            + f"; {len(options['serve_flags'])} serve flags"
+            f"vLLM {options['version']}: {len(choices['kv_cache_dtypes'])} KV cache dtypes, attention backends "
+            f"{', '.join(choices['backends'])}; {len(options['serve_flags'])} serve flags"
         )
         return 0
     if not args.out:

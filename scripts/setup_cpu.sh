@@ -22,7 +22,11 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "$VENV/bin/python" -c "import transformers, papermill, fp8lab"
 # vLLM imports here, once: what the installed build accepts (KV dtypes, block sizes) and its options are asked now
 # and kept in ~/.cache/fp8lab, so the first engine of a study does not spend 15-30 s asking (fp8lab.vllm_options).
-"$VENV/bin/python" -m fp8lab.vllm_options --warm
+# Should that fail, vLLM must at least import (the studies then ask, in a subprocess, when they first need it).
+"$VENV/bin/python" -m fp8lab.vllm_options --warm || {
+  echo "fp8lab: vLLM's answers were not cached (above); the first engine start will ask" >&2
+  "$VENV/bin/python" -c "import vllm"
+}
 rm -f "$VENV"/.fp8lab-setup-*
 touch "$stamp"
 echo "fp8lab: environment ready in $VENV"

@@ -50,6 +50,7 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
         "MAX_PROMPTS_PER_CATEGORY",
         "QUALITY_LENGTH",
         "RANDOM_TOKEN_LENGTHS",
+        "KV_DTYPES",
     }
     changed = {
         (nb, k)
