@@ -467,7 +467,7 @@ class _CallersEnvironment:
             target=_in_environment,
             name=name,
             daemon=daemon,
-            args=({}, None, None, target, tuple(args), dict(kwargs or {})),
+            args=({}, None, None, None, target, tuple(args), dict(kwargs or {})),
         )
         proc.join_group = self._join_group
         return proc
@@ -480,19 +480,38 @@ class _EnvironmentProcess(mp.get_context("forkserver").Process if hasattr(os, "f
     join_group = False  # an engine core (core_from_forkserver) joins the starting worker's process group
 
     def start(self) -> None:
-        _, _, _, target, args, kwargs = self._args  # type: ignore[attr-defined]
+        *_, target, args, kwargs = self._args  # type: ignore[attr-defined]
         group = os.getpgrp() if self.join_group and hasattr(os, "getpgrp") else None
-        self._args = (dict(os.environ), group, os.getpid(), target, args, kwargs)
+        log = _output_file() if self.join_group else None
+        self._args = (dict(os.environ), group, os.getpid(), log, target, args, kwargs)
         super().start()
 
 
+def _output_file() -> str | None:
+    """The file this process's stdout writes to (a worker's ``worker.log``, :func:`fp8lab.engine_worker.prepare_worker`),
+    or None when it is not a regular file (a terminal, a pipe) or cannot be read (no ``/proc``)."""
+    try:
+        path = os.readlink("/proc/self/fd/1")
+    except OSError:
+        return None
+    return path if os.path.isfile(path) else None
+
+
 def _in_environment(
-    environ: dict[str, str], group: int | None, caller: int | None, target: Any, args: tuple, kwargs: dict
+    environ: dict[str, str],
+    group: int | None,
+    caller: int | None,
+    log: str | None,
+    target: Any,
+    args: tuple,
+    kwargs: dict,
 ) -> None:
     """A forkserver child's first step: the starting process's environment and pid (:func:`caller_pid`, which the
     worker watches, as it would its parent if it were spawned); and, for an engine core (``group`` given), the
-    starting worker's process group, so killing the worker's group kills it too, as it would a spawned child of
-    the worker. fp8lab's own workers take no group here: each makes a group of its own."""
+    starting worker's process group, so killing the worker's group kills it too, and the worker's log as its stdout
+    and stderr (``log``), so its traceback lands where the worker reads a failure's root cause: as a spawned child
+    of the worker would. The forkserver's own output is the caller's terminal. fp8lab's own workers take no group
+    here: each makes a group of its own."""
     global _CALLER
     _CALLER = caller
     if group is not None and group != os.getpgrp():
@@ -500,6 +519,15 @@ def _in_environment(
             os.setpgid(0, group)
         except OSError:  # the group is gone (the worker died first): nothing to join, die as its engine would
             os._exit(1)
+    if log is not None:
+        import sys
+
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     os.environ.clear()
     os.environ.update(environ)
     target(*args, **kwargs)
@@ -509,8 +537,8 @@ def core_from_forkserver() -> str:
     """In an engine worker forked from fp8lab's CPU forkserver (:func:`worker_context`): have vLLM start an
     ``AsyncLLM``'s engine core from the same forkserver, ready (vLLM imported) instead of spawned (vLLM's CPU platform
     forces ``spawn``: a fresh interpreter importing vLLM again, about 10-20 s of each start on 2 cores). The core
-    takes the worker's environment and joins its process group (:func:`_in_environment`), so it is killed with the
-    worker, and :class:`fp8lab.devices.MemoryProbe` counts it. Returns how the core will start, as engine records
+    takes the worker's environment, joins its process group and writes to its log (:func:`_in_environment`), so it is
+    killed with the worker, :class:`fp8lab.devices.MemoryProbe` counts it and a failure's root cause is recorded. Returns how the core will start, as engine records
     say it (``engine_core_start``): ``forkserver``, or ``vllm`` (nothing changed) anywhere else (a GPU,
     ``$FP8LAB_VLLM_PROCESSES``, a process that is not such a worker, a vLLM without the hook)."""
     from multiprocessing import forkserver

@@ -242,3 +242,16 @@ def test_failed_notebook_rerun_keeps_the_last_good_result(tmp_path):
     assert (out / f"{stem}.failed.html").exists() and entry["rerun_failed"]["failed_html"] == f"{stem}.failed.html"
     assert "a later rerun failed and was not kept" in (out / "index.html").read_text()
     assert not list(out.glob(".*running*"))
+
+
+def test_an_engine_core_that_fails_to_start_is_recorded_with_its_root_cause(tiny_model, tmp_path):
+    """An ``AsyncLLM``'s engine core forked from fp8lab's CPU forkserver writes its traceback into the worker's log, as
+    a spawned core would: the run's error is vLLM's reason, not "Engine core initialization failed. See root cause
+    above" (which is all a run recorded while the core wrote to the forkserver's output, the job's terminal)."""
+    spec = EngineSpec(model=tiny_model, kv_cache_gib=0.0001, max_model_len=2048)  # 107 KB: not one 2048-token sequence
+    res = run_engine(spec, [Request(prompt_token_ids=PROMPT, max_tokens=4)], driver="async", work_dir=tmp_path)
+    assert res.status != "ok"
+    assert res.error.startswith("ValueError: No available memory for the cache blocks"), res.error
+    assert res.status == "oom"  # vLLM's reason classified, which the generic wrapper could not be
+    log = (tmp_path / "worker.log").read_text()
+    assert "EngineCore failed to start" in log  # the core's own lines, in the worker's log
