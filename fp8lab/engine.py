@@ -7,7 +7,7 @@ unsupported dtype, invalid argument, timeout, crash) comes back as an :class:`En
 ``status`` and the root-cause message read from the worker's log, never as an exception, so a study
 goes on with its next configuration. Bad specs never reach this point: they fail in the spec.
 
-At about 650 lines this module is above the package's 600-line guide on purpose: it is engine-side code whose bytes
+At about 680 lines this module is above the package's 600-line guide on purpose: it is engine-side code whose bytes
 are part of every stored run's cache key (:data:`fp8lab.results.ENGINE_CODE_FILES`), so every edit makes every
 cached run measure anew; it is split together with a change to what the engines run, not on its own.
 """
@@ -488,8 +488,9 @@ class _EnvironmentProcess(mp.get_context("forkserver").Process if hasattr(os, "f
 
 
 def _output_file() -> str | None:
-    """The file this process's stdout writes to (a worker's ``worker.log``, :func:`fp8lab.engine_worker.prepare_worker`),
-    or None when it is not a regular file (a terminal, a pipe) or cannot be read (no ``/proc``)."""
+    """The file this process's stdout writes to (a worker's ``worker.log``,
+    :func:`fp8lab.engine_worker.prepare_worker`), or None when it is not a regular file (a terminal, a pipe) or
+    cannot be read (no ``/proc``)."""
     try:
         path = os.readlink("/proc/self/fd/1")
     except OSError:
@@ -538,9 +539,10 @@ def core_from_forkserver() -> str:
     ``AsyncLLM``'s engine core from the same forkserver, ready (vLLM imported) instead of spawned (vLLM's CPU platform
     forces ``spawn``: a fresh interpreter importing vLLM again, about 10-20 s of each start on 2 cores). The core
     takes the worker's environment, joins its process group and writes to its log (:func:`_in_environment`), so it is
-    killed with the worker, :class:`fp8lab.devices.MemoryProbe` counts it and a failure's root cause is recorded. Returns how the core will start, as engine records
-    say it (``engine_core_start``): ``forkserver``, or ``vllm`` (nothing changed) anywhere else (a GPU,
-    ``$FP8LAB_VLLM_PROCESSES``, a process that is not such a worker, a vLLM without the hook)."""
+    killed with the worker, :class:`fp8lab.devices.MemoryProbe` counts it and a failure's root cause is recorded.
+    Returns how the core will start, as engine records say it (``engine_core_start``): ``forkserver``, or ``vllm``
+    (nothing changed) anywhere else (a GPU, ``$FP8LAB_VLLM_PROCESSES``, a process that is not such a worker, a vLLM
+    without the hook)."""
     from multiprocessing import forkserver
 
     from fp8lab import devices

@@ -66,8 +66,9 @@ def engine_choices() -> dict[str, Any]:
     """What the installed vLLM accepts for ``kv_cache_dtype``, ``block_size`` and head size, asked of vLLM itself
     (never a list written here): ``kv_cache_dtypes`` (``vllm.config.cache.CacheDType``), ``platform``, ``default_backend``
     (the attention backend this platform always uses, ``CPU_ATTN`` on CPU; None on GPUs, where it depends on the
-    model) and per backend this platform can import (on a CPU, the ``CPU_*`` ones) its ``kv_cache_dtypes`` (``supports_kv_cache_dtype``), ``block_sizes`` (the
-    sizes 1..4096 its ``supports_block_size`` accepts) and ``head_sizes``."""
+    model) and per backend this platform can import (on a CPU, the ``CPU_*`` ones) its ``kv_cache_dtypes``
+    (``supports_kv_cache_dtype``), ``block_sizes`` (the sizes 1..4096 its ``supports_block_size`` accepts) and
+    ``head_sizes``."""
     from typing import get_args
 
     import vllm
