@@ -1,5 +1,6 @@
 """Fixtures shared by the unit tests: the committed H200 stores of Studies 04, 06 and 07, unpacked once per session,
-and each study loaded from them once (several test files check its rows, summary and index numbers)."""
+and each study loaded from them once, and Study 00 re-rendered on the H200 profile once (several test files check
+their rows, summary and index numbers)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,12 @@ def h200_study(h200_store) -> Callable[..., tuple[Any, dict, list]]:
         return cache[key]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def h200_00():
+    """The H200 report's Study 00 as it re-renders: no engine (MEASURE False), every H200 engine on record."""
+    from fp8lab.capacity import study as s00
+
+    params = resolved_parameters(NOTEBOOKS_DIR / f"{s00.NAME}.ipynb", load_profile("h200"), {"MEASURE": False})
+    return s00.run(s00.Spec.from_params(params))

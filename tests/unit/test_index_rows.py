@@ -17,17 +17,13 @@ from test_metrics import _FakeEngine, _plan, engine  # noqa: F401 - the fake pai
 
 from fp8lab import serving
 from fp8lab import summary_table as st
-from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
-from fp8lab.report import load_profile, record_summary, resolved_parameters, write_index
+from fp8lab.paths import REPO_ROOT
+from fp8lab.report import record_summary, write_index
 from fp8lab.report_index import fmt_number, fmt_row, key_numbers, key_numbers_from_summary, study_rows
 
 H200 = REPO_ROOT / "reports" / "h200"
 #: The H200 report's bandwidth (notebook 06 records it; the committed report ran with it).
 BANDWIDTH_GBS = 4069.9173720405943
-
-
-def _h200_params(name: str, **extra) -> dict:
-    return resolved_parameters(NOTEBOOKS_DIR / f"{name}.ipynb", load_profile("h200"), extra)
 
 
 def _plain(text: str) -> str:
@@ -75,11 +71,10 @@ def test_fmt_row_signs_a_change_and_names_its_interval_and_n():
 
 
 # ------------------------------------------------------------------------------------------------ Study 00
-def test_study_00_key_numbers_from_rows_are_the_summarys():
+def test_study_00_key_numbers_from_rows_are_the_summarys(h200_00):
     from fp8lab.capacity import study as s00
 
-    res = s00.run(s00.Spec.from_params(_h200_params(s00.NAME, MEASURE=False)))
-    got = _same_numbers(s00.NAME, res.summary(), res.rows())
+    got = _same_numbers(s00.NAME, h200_00.summary(), h200_00.rows())
     assert got["KV per token, auto → fp8 (fp8lab-tiny-qwen3)"] == "3,072 → 1,536 B/token"
     assert got["engines on record whose block count the formula predicted exactly"].endswith("(NVIDIA H200)")
 

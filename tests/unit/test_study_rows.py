@@ -25,10 +25,6 @@ from fp8lab.report import _clean, load_profile, resolved_parameters
 H200 = REPO_ROOT / "reports" / "h200"
 
 
-def _h200_params(name: str, **extra) -> dict:
-    return resolved_parameters(NOTEBOOKS_DIR / f"{name}.ipynb", load_profile("h200"), extra)
-
-
 # ------------------------------------------------------------------------------------------------ Study 00
 def test_study_00_satisfies_the_contract():
     assert study.check(s00) is s00 and study.load(s00.NAME) is s00 and s00.NAME in study.STUDIES
@@ -64,13 +60,6 @@ def test_study_00_spec_ignores_lower_case_names():
     spec = s00.Spec.from_params(p)
     assert spec.kv_dtypes == tuple(p["KV_DTYPES"]) and spec.tp == p["TP"] and spec.measure is True
     assert s00.Spec.from_params({**p, "tp": 3, "measure": "x", 1: 2}) == spec
-
-
-@pytest.fixture(scope="module")
-def h200_00():
-    """The H200 report's Study 00 as it re-renders: no engine (MEASURE False), every H200 engine on record."""
-    spec = s00.Spec.from_params(_h200_params(s00.NAME, MEASURE=False))
-    return s00.run(spec)
 
 
 def test_study_00_summary_is_the_committed_reports(h200_00):
