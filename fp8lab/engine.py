@@ -7,7 +7,7 @@ unsupported dtype, invalid argument, timeout, crash) comes back as an :class:`En
 ``status`` and the root-cause message read from the worker's log, never as an exception, so a study
 goes on with its next configuration. Bad specs never reach this point: they fail in the spec.
 
-At about 690 lines this module is above the package's 600-line guide on purpose: it is engine-side code whose bytes
+At about 680 lines this module is above the package's 600-line guide on purpose: it is engine-side code whose bytes
 are part of every stored run's cache key (:data:`fp8lab.results.ENGINE_CODE_FILES`), so every edit makes every
 cached run measure anew; it is split together with a change to what the engines run, not on its own.
 """
