@@ -17,6 +17,11 @@ from fp8lab.report import load_profile, resolved_parameters
 H200 = REPO_ROOT / "reports" / "h200"
 
 
+def _h200_params(name: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """The parameters notebook ``name`` runs with on the H200 profile, ``extra`` on top."""
+    return resolved_parameters(NOTEBOOKS_DIR / f"{name}.ipynb", load_profile("h200"), extra)
+
+
 @pytest.fixture(scope="session")
 def h200_store(tmp_path_factory):
     """The committed H200 stores of Studies 04, 06 and 07, unpacked; the runs' model paths (the H200 host's checkout,
@@ -45,8 +50,7 @@ def h200_study(h200_store) -> Callable[..., tuple[Any, dict, list]]:
             mp.setenv("FP8LAB_RUNS", str(h200_store))
             try:
                 mod = study.load(name)
-                params = resolved_parameters(NOTEBOOKS_DIR / f"{name}.ipynb", load_profile("h200"), extra)
-                spec = mod.Spec.from_params(params)
+                spec = mod.Spec.from_params(_h200_params(name, extra))
                 res = mod.run(spec, progress=False) if name.startswith("04") else mod.run(spec, store=h200_store)
                 cache[key] = (res, res.summary(), res.rows())
             finally:
@@ -61,5 +65,4 @@ def h200_00():
     """The H200 report's Study 00 as it re-renders: no engine (MEASURE False), every H200 engine on record."""
     from fp8lab.capacity import study as s00
 
-    params = resolved_parameters(NOTEBOOKS_DIR / f"{s00.NAME}.ipynb", load_profile("h200"), {"MEASURE": False})
-    return s00.run(s00.Spec.from_params(params))
+    return s00.run(s00.Spec.from_params(_h200_params(s00.NAME, {"MEASURE": False})))
