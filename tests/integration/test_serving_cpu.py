@@ -125,7 +125,7 @@ def test_fidelity_against_vllm_bench(tiny_model, tmp_path):
     # Runs of 6-10 s each on 2 cores: with runs of 1-2 s vLLM bench's own time varied by 70% from run to run, and the
     # one-round ratio with it (1.43 and 1.79 seen on an idle machine). 160 requests take about 6 s where the CPU has
     # AVX-512 or AMX; without them (AVX2: no bf16 arithmetic) each takes about 9x longer, and 160 took 50-58 s a run,
-    # so 32 requests there (reports/bench/suite_durations_2026-12-02d.txt: this test took 159 s with 160).
+    # so 32 requests there (reports/bench/fidelity_avx2_160_requests; suite_durations_2026-12-02d.txt: 159 s with 160).
     dev = detect()
     n = 160 if dev.avx512 or dev.amx else 32
     res = serving.fidelity_check(spec, 256, 64, n, rounds=1, num_warmups=2, store=store, progress=False)
