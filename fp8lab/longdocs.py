@@ -12,7 +12,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fp8lab.specs import SpecError, check_choice, check_float, check_int, resolve_model
 
@@ -29,6 +29,12 @@ PASSKEY_TASK = (
 PASSKEY_NEEDLE = "\n\nThe pass key is {key}. Remember it. {key} is the pass key.\n\n"
 PASSKEY_QUESTION = "\n\nWhat is the pass key? The pass key is"
 PASSKEY_OUTPUT_TOKENS = 8
+#: The multi-key variant (MRCR-like: several needles alike but for a label, one asked for): needle and question.
+PASSKEY_MULTI_NEEDLE = (
+    "\n\nThe pass key for the {label} door is {key}. Remember it. {key} is the {label} door's pass key.\n\n"
+)
+PASSKEY_MULTI_QUESTION = "\n\nWhat is the pass key for the {label} door? The pass key for the {label} door is"
+PASSKEY_LABELS = ("red", "blue", "green", "yellow", "black", "white", "orange", "purple")
 
 
 # ============================================================================ length grids
@@ -204,6 +210,7 @@ class PasskeyItem:
     key: str
     prompt: tuple[int, ...]
     needle_pos: int
+    keys: int = 1
 
 
 def insert_at_depth(haystack: Sequence[int], needle: Sequence[int], depth: float) -> tuple[tuple[int, ...], int]:
@@ -228,44 +235,105 @@ def passkey_items(
     seed: int = 0,
     inserts: Sequence[str] = ("code", "json"),
     every: int = 6,
+    keys: Sequence[int] = (1,),
 ) -> list[PasskeyItem]:
-    """One item per (length, depth, trial): a seeded 5-digit key, real-text (or random-token) haystack
-    from a different place of the long document for every item, prompt exactly ``length`` tokens."""
-    from fp8lab.workloads import _tokenizer, model_vocab_size
+    """One item per (keys, length, depth, trial): a seeded 5-digit key, real-text (or random-token) haystack
+    from a different place of the long document for every item, prompt exactly ``length`` tokens.
+
+    ``keys`` > 1 is the multi-key variant (MRCR-like): that many needles, alike but for a label
+    (:data:`PASSKEY_LABELS`) and each with its own key, spread evenly through the haystack; the one asked for stands
+    at ``depth`` and the others at the evenly spaced depths that remain. A model must tell the needles apart, so a
+    quantization error that blurs which label goes with which key shows here first. Items with one key keep the
+    tags they always had; a multi-key item's tag adds ``-k<keys>``."""
+    from fp8lab.workloads import _tokenizer
 
     check_choice("Passkey", "haystack", haystack, PromptSource)
     tok = _tokenizer(resolve_model(model))
-    task = tok.encode(PASSKEY_TASK, add_special_tokens=False)
-    question = tok.encode(PASSKEY_QUESTION, add_special_tokens=False)
     rng = random.Random(seed)
     items = []
     n = 0
-    for length in lengths:
-        for depth in depths:
-            for t in range(trials):
-                key = str(rng.randrange(10_000, 100_000))
-                needle = tok.encode(PASSKEY_NEEDLE.format(key=key), add_special_tokens=False)
-                n_hay = length - len(task) - len(needle) - len(question)
-                if n_hay < 1:
-                    raise SpecError(
-                        "Passkey",
-                        "lengths",
-                        length,
-                        f"at least {len(task) + len(needle) + len(question) + 1} tokens (task + needle + question)",
-                    )
-                if haystack == "text":
-                    hay = document_ids(
-                        model, n_hay, offset=(7919 * n) % 400_000, inserts=inserts, every=every, seed=seed
-                    )
-                else:
-                    hay = random_ids(model_vocab_size(resolve_model(model)), n_hay, seed=seed + 1000 + n)
-                body, pos = insert_at_depth(hay, needle, depth)
-                prompt = tuple(task) + body + tuple(question)
-                items.append(
-                    PasskeyItem(f"pk-L{length}-d{depth:g}-t{t}", length, float(depth), key, prompt, len(task) + pos)
-                )
-                n += 1
+    for k in keys:
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= len(PASSKEY_LABELS):
+            raise SpecError("Passkey", "keys", k, f"an integer in [1, {len(PASSKEY_LABELS)}]")
+        for length in lengths:
+            for depth in depths:
+                for t in range(trials):
+                    items.append(_passkey_item(tok, model, rng, k, length, depth, t, n, haystack, seed, inserts, every))
+                    n += 1
     return items
+
+
+def _passkey_item(
+    tok: Any,
+    model: str,
+    rng: random.Random,
+    k: int,
+    length: int,
+    depth: float,
+    t: int,
+    n: int,
+    haystack: str,
+    seed: int,
+    inserts: Sequence[str],
+    every: int,
+) -> PasskeyItem:
+    """One passkey prompt (:func:`passkey_items`): ``k`` needles, the asked one at ``depth``."""
+    from fp8lab.workloads import model_vocab_size
+
+    task = tok.encode(PASSKEY_TASK, add_special_tokens=False)
+    if k == 1:
+        key = str(rng.randrange(10_000, 100_000))
+        needles = [tok.encode(PASSKEY_NEEDLE.format(key=key), add_special_tokens=False)]
+        question = tok.encode(PASSKEY_QUESTION, add_special_tokens=False)
+        depths_k = [depth]
+        tag = f"pk-L{length}-d{depth:g}-t{t}"
+    else:
+        labels = rng.sample(PASSKEY_LABELS, k)
+        ks = [str(rng.randrange(10_000, 100_000)) for _ in labels]
+        key = ks[0]  # the asked needle is the first label, placed at ``depth``
+        needles = [
+            tok.encode(PASSKEY_MULTI_NEEDLE.format(label=lab, key=kk), add_special_tokens=False)
+            for lab, kk in zip(labels, ks, strict=True)
+        ]
+        question = tok.encode(PASSKEY_MULTI_QUESTION.format(label=labels[0]), add_special_tokens=False)
+        others = [d for d in ((i + 0.5) / k for i in range(k)) if abs(d - depth) > 0.5 / k]
+        depths_k = [depth] + sorted(others, key=lambda d: abs(d - depth), reverse=True)[: k - 1]
+        while len(depths_k) < k:  # fewer free slots than needles: fill the largest gaps
+            pts = sorted([0.0, 1.0, *depths_k])
+            gap = max(zip(pts[:-1], pts[1:], strict=True), key=lambda ab: ab[1] - ab[0])
+            depths_k.append((gap[0] + gap[1]) / 2)
+        tag = f"pk-L{length}-d{depth:g}-t{t}-k{k}"
+    n_hay = length - len(task) - sum(map(len, needles)) - len(question)
+    if n_hay < 1:
+        raise SpecError(
+            "Passkey",
+            "lengths",
+            length,
+            f"at least {len(task) + sum(map(len, needles)) + len(question) + 1} tokens (task + {k} needle(s) + question)",
+        )
+    if haystack == "text":
+        body = document_ids(model, n_hay, offset=(7919 * n) % 400_000, inserts=inserts, every=every, seed=seed)
+    else:
+        body = random_ids(model_vocab_size(resolve_model(model)), n_hay, seed=seed + 1000 + n)
+    # insert from the deepest needle up, so the shallower positions still count haystack tokens only
+    pos_asked = 0
+    order = sorted(range(k), key=lambda i: depths_k[i], reverse=True)
+    for i in order:
+        body, pos = _insert_hay(body, needles[i], depths_k[i], n_hay)
+        if i == 0:
+            pos_asked = pos
+    # positions of needles inserted later (shallower) shift the asked one if they precede it
+    shift = sum(len(needles[i]) for i in range(1, k) if depths_k[i] < depths_k[0])
+    prompt = tuple(task) + tuple(body) + tuple(question)
+    return PasskeyItem(tag, length, float(depth), key, prompt, len(task) + pos_asked + shift, k)
+
+
+def _insert_hay(body: Sequence[int], needle: Sequence[int], depth: float, n_hay: int) -> tuple[tuple[int, ...], int]:
+    """``needle`` inserted into ``body`` after ``round(depth * n_hay)`` of its original haystack tokens, where every
+    needle already in ``body`` stands deeper (see :func:`_passkey_item`), so that position is still a haystack
+    position."""
+    pos = int(round(depth * n_hay))
+    return tuple(body[:pos]) + tuple(needle) + tuple(body[pos:]), pos
 
 
 def passkey_correct(text: str, key: str) -> bool:

@@ -117,6 +117,8 @@ METRICS: Mapping[str, str] = {
     "longest_context": "longest context one sequence holds (tokens): vLLM's own estimate when asked for more",
     "longest_context_formula": "longest context one sequence holds by the formula: (num_blocks - 1) x block_size",
     "max_concurrency": "sequences of context_len tokens the engine's KV blocks hold at once (setting: which blocks)",
+    "passkey_accuracy": "share of passkey prompts of context_len tokens answered with the right key (greedy)",
+    "passkey_accuracy_diff": "passkey accuracy minus the baseline's on the same prompts (paired over prompts)",
     "itl_p95": "inter-token latency, 95th percentile of a phase's gaps pooled",
     "e2e_p50": "end-to-end request latency, median of a phase's requests",
     "kv_usage_peak": "peak sampled KV-cache usage, fraction of the engine's blocks",

@@ -65,6 +65,7 @@ from fp8lab.longctx.divergence import (
     divergence_table,
     divergence_trend,
     passkey_accuracy,
+    passkey_paired,
     passkey_table,
     position_divergence,
     random_token_table,
@@ -108,6 +109,9 @@ from fp8lab.longctx.verdict import claims, verdict_markdown
 # The study's inputs live in fp8lab.longdocs, and the spec's checks in fp8lab.specs; the names the former
 # fp8lab/longctx.py imported stay importable from here.
 from fp8lab.longdocs import (
+    PASSKEY_LABELS,
+    PASSKEY_MULTI_NEEDLE,
+    PASSKEY_MULTI_QUESTION,
     PASSKEY_NEEDLE,
     PASSKEY_OUTPUT_TOKENS,
     PASSKEY_QUESTION,
@@ -199,6 +203,10 @@ __all__ = [
     "passkey_accuracy",
     "passkey_correct",
     "passkey_items",
+    "passkey_paired",
+    "PASSKEY_LABELS",
+    "PASSKEY_MULTI_NEEDLE",
+    "PASSKEY_MULTI_QUESTION",
     "passkey_table",
     "phase_meta",
     "plan_table",

@@ -194,6 +194,7 @@ def passkey_table(res: LongCtxResult) -> pd.DataFrame:
                     "tag": it.tag,
                     "length": it.length,
                     "depth": it.depth,
+                    "keys": it.keys,
                     "key": it.key,
                     "answer": text,
                     "correct": passkey_correct(text, it.key),
@@ -203,13 +204,100 @@ def passkey_table(res: LongCtxResult) -> pd.DataFrame:
 
 
 def passkey_accuracy(pk: pd.DataFrame) -> pd.DataFrame:
-    """Accuracy per (kv_dtype, length) over depths and trials (columns: depths, ``all``)."""
+    """Accuracy per (kv_dtype, needles, length) over depths and trials (columns: depths, ``all``)."""
     if pk.empty:
         return pk
-    t = pk.pivot_table(index=["kv_dtype", "length"], columns="depth", values="correct", aggfunc="mean", sort=False)
-    t["all"] = pk.groupby(["kv_dtype", "length"], sort=False).correct.mean()
+    idx = ["kv_dtype", "keys", "length"]
+    t = pk.pivot_table(index=idx, columns="depth", values="correct", aggfunc="mean", sort=False)
+    t["all"] = pk.groupby(idx, sort=False).correct.mean()
     t.columns = [c if isinstance(c, str) else f"depth {c:g}" for c in t.columns]
     return t
+
+
+def passkey_paired(pk: pd.DataFrame, baseline: str = BASELINE, ci: float = 0.95) -> pd.DataFrame:
+    """Retrieval accuracy of each candidate kv dtype against ``baseline`` on the same prompts, per (needles,
+    length): one row with ``n`` (prompts both engines answered), ``acc_base``, ``acc``, the paired difference
+    ``diff`` (candidate minus baseline, a fraction) with its ``ci_low``/``ci_high`` (:func:`fp8lab.stats.paired_delta`
+    on the per-prompt differences, each -1, 0 or +1: a t-interval over prompts, the unit that varies; where no prompt
+    is discordant the t-interval would have width zero, so the rule of three bounds each direction's discordant
+    rate instead, +-3/n at 95%), the
+    discordant counts ``only_base`` / ``only_cand`` (prompts one dtype got right and the other wrong) and ``mde``,
+    the smallest difference this many prompts detect with 80% power at the 5% level
+    (:func:`paired_mde_proportion`). Prompts are paired by tag (same key, haystack and depth for every dtype)."""
+    from fp8lab.stats import t_interval
+
+    cols = [
+        "kv_dtype",
+        "keys",
+        "length",
+        "n",
+        "acc_base",
+        "acc",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "only_base",
+        "only_cand",
+        "mde",
+    ]
+    if pk.empty or baseline not in set(pk.kv_dtype):
+        return pd.DataFrame(columns=cols)
+    base = pk[pk.kv_dtype == baseline].set_index("tag").correct
+    rows = []
+    for dt in [d for d in pk.kv_dtype.unique() if d != baseline]:
+        g = pk[pk.kv_dtype == dt]
+        for (k, L), h in g.groupby(["keys", "length"], sort=True):
+            h = h[h.tag.isin(base.index)]
+            if h.empty:
+                continue
+            b = base.loc[h.tag].to_numpy(dtype=float)
+            c = h.correct.to_numpy(dtype=float)
+            d = t_interval(c - b, ci) if len(c) > 1 else None
+            lo, hi = (d.lo, d.hi) if d is not None else (float("nan"), float("nan"))
+            if d is not None and not np.any(c != b):
+                lo, hi = -3.0 / len(c), 3.0 / len(c)
+            rows.append(
+                {
+                    "kv_dtype": dt,
+                    "keys": int(k),
+                    "length": int(L),
+                    "n": len(c),
+                    "acc_base": float(b.mean()),
+                    "acc": float(c.mean()),
+                    "diff": float(c.mean() - b.mean()),
+                    "ci_low": float(lo),
+                    "ci_high": float(hi),
+                    "only_base": int(((b == 1) & (c == 0)).sum()),
+                    "only_cand": int(((b == 0) & (c == 1)).sum()),
+                    "mde": paired_mde_proportion(b, c),
+                }
+            )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def paired_mde_proportion(base: Any, cand: Any, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest paired difference in accuracy that ``len(base)`` paired prompts detect with ``power`` at two-sided
+    level ``alpha`` (normal approximation, McNemar's design): ``(z_{1-alpha/2} + z_power) * sqrt(p_disc / n)``, where
+    ``p_disc`` is the share of discordant prompts. With none discordant it plans for the share that accuracy alone
+    allows (``2 p (1 - p)`` at the baseline's accuracy ``p``, independent answers), so a perfect agreement on an easy
+    task does not read as the power to see any change. A fraction (0.05 = 5 points).
+
+    >>> round(paired_mde_proportion([1, 0] * 200, [1, 0] * 199 + [0, 1]), 3)  # 2 of 400 discordant
+    0.02
+    """
+    from statistics import NormalDist
+
+    b = np.asarray(base, dtype=float)
+    c = np.asarray(cand, dtype=float)
+    n = len(b)
+    if n == 0:
+        return float("nan")
+    disc = float(np.mean(b != c))
+    if disc == 0.0:
+        p = float(b.mean())
+        disc = 2 * p * (1 - p)
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    return float(z * np.sqrt(disc / n))
 
 
 def random_token_table(res: LongCtxResult, div_trend: pd.DataFrame | None = None) -> pd.DataFrame:

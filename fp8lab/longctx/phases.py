@@ -131,6 +131,7 @@ def quality_phases(plan: LongCtxPlan) -> tuple[list[Phase], list[PasskeyItem]]:
             seed=plan.seed,
             inserts=plan.inserts,
             every=plan.insert_every,
+            keys=plan.passkey_keys,
         )
         phases.append(
             Phase(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fp8lab import kvmath
-from fp8lab.longdocs import PASSKEY_OUTPUT_TOKENS, InsertKind, PromptSource, length_grid
+from fp8lab.longdocs import PASSKEY_LABELS, PASSKEY_OUTPUT_TOKENS, InsertKind, PromptSource, length_grid
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
@@ -85,6 +85,7 @@ class LongCtxPlan:
     passkey_lengths: tuple[int, ...] = ()
     passkey_depths: tuple[float, ...] = (0.1, 0.5, 0.9)
     passkey_trials: int = 1
+    passkey_keys: tuple[int, ...] = (1,)
     seed: int = 0
     timeout_s: float = 1800.0
 
@@ -103,6 +104,7 @@ class LongCtxPlan:
             "sweep_lengths",
             "passkey_lengths",
             "passkey_depths",
+            "passkey_keys",
         ):
             setf(name, _tuple(getattr(self, name)))
         setf("lengths", tuple(sorted(set(self.lengths))))
@@ -162,6 +164,10 @@ class LongCtxPlan:
         for v in self.passkey_depths:
             check_float(self, "passkey_depths", v, 0.0, 1.0)
         check_int(self, "passkey_trials", self.passkey_trials, 1, 1000)
+        if not self.passkey_keys:
+            raise SpecError("LongCtxPlan", "passkey_keys", self.passkey_keys, "a non-empty list of needle counts")
+        for v in self.passkey_keys:
+            check_int(self, "passkey_keys", v, 1, len(PASSKEY_LABELS))
         check_int(self, "seed", self.seed, 0, 2**31 - 1)
         check_float(self, "timeout_s", self.timeout_s, 0.0, 86400.0, lo_open=True)
         limit = kvmath.load_layout(self.model).max_position_embeddings
@@ -227,6 +233,7 @@ class LongCtxPlan:
             passkey_lengths=tuple(last if v == "longest" else v for v in _tuple(p["PASSKEY_LENGTHS"])),
             passkey_depths=tuple(p["PASSKEY_DEPTHS"]),
             passkey_trials=p["PASSKEY_TRIALS"],
+            passkey_keys=tuple(_tuple(p.get("PASSKEY_KEYS", [1]))),
             seed=p["SEED"],
         )
 

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from fp8lab.longctx.run import LongCtxResult
+from fp8lab.longctx.spec import BASELINE
 from fp8lab.longctx.tables import Tables
 from fp8lab.longctx.verdict import claims
 
@@ -87,8 +88,14 @@ def summary_values(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str, A
         ):
             s[f"{r.kv_dtype}.{r.source}.div.{m}"] = r[m]
     if len(t.passkey):
-        for (dt, L), a in t.passkey.groupby(["kv_dtype", "length"]).correct.mean().items():
-            s[f"{dt}.passkey.L{L}"] = a
+        keys = t.passkey["keys"] if "keys" in t.passkey else 1
+        for (dt, k, L), a in t.passkey.assign(keys=keys).groupby(["kv_dtype", "keys", "length"]).correct.mean().items():
+            s[f"{dt}.passkey.L{L}" if k == 1 else f"{dt}.passkey.k{k}.L{L}"] = a
+    for r in t.passkey_paired.to_dict("records"):
+        pre = f"{r['kv_dtype']}.passkey_diff.L{r['length']}" + (f".k{r['keys']}" if r["keys"] != 1 else "")
+        s[pre] = r["diff"]
+        s[f"{pre}.ci"] = [r["ci_low"], r["ci_high"]]
+        s[f"{pre}.n"] = r["n"]
     for k, v in c.items():
         s[f"claim.{k}"] = v["label"]
     s["claim.block256.unsupported"] = c["block256"]["unsupported"]
@@ -226,4 +233,36 @@ def summary_rows(res: LongCtxResult, t: Tables) -> list[dict[str, Any]]:
             if col != "itl_p95_s":
                 v = _finite(r.get(col))
                 add(measured, None if v is None else v * scale, metric=metric, unit=unit, **at)
+    qmodel = Path(plan.quality_model).name if plan.quality_model else model
+    qmeasured = {**measured, "evidence": st.evidence_of(device, qmodel)}
+    for r in t.passkey_paired.to_dict("records"):
+        setting = f"passkey, {r['keys']} needle{'s' if r['keys'] > 1 else ''}, {qmodel}"
+        common = {"setting": setting, "context_len": int(r["length"]), "n": int(r["n"])}
+        for dt, v in ((BASELINE, r["acc_base"]), (r["kv_dtype"], r["acc"])):
+            rows.append(
+                st.make_row(
+                    **qmeasured,
+                    **common,
+                    metric="passkey_accuracy",
+                    kv_dtype=dt,
+                    value=v,
+                    unit="fraction",
+                    model=qmodel,
+                )
+            )
+        rows.append(
+            st.make_row(
+                **qmeasured,
+                **common,
+                metric="passkey_accuracy_diff",
+                kv_dtype=r["kv_dtype"],
+                baseline=BASELINE,
+                value=r["diff"],
+                ci_low=r["ci_low"],
+                ci_high=r["ci_high"],
+                detectable=r["mde"],
+                unit="fraction",
+                model=qmodel,
+            )
+        )
     return rows

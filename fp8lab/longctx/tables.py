@@ -5,7 +5,7 @@ divergence along the context, passkey and random tokens in :mod:`fp8lab.longctx.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -13,6 +13,7 @@ from fp8lab.longctx.divergence import (
     divergence_by_position,
     divergence_table,
     divergence_trend,
+    passkey_paired,
     passkey_table,
     random_token_table,
 )
@@ -37,6 +38,7 @@ class Tables:
     trend: pd.DataFrame
     passkey: pd.DataFrame
     random: pd.DataFrame
+    passkey_paired: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def tables(res: LongCtxResult) -> Tables:
@@ -56,6 +58,7 @@ def tables(res: LongCtxResult) -> Tables:
         divergence=div,
         bypos=bypos,
         trend=trend,
-        passkey=passkey_table(res),
+        passkey=(pk := passkey_table(res)),
         random=random_token_table(res, trend),
+        passkey_paired=passkey_paired(pk),
     )

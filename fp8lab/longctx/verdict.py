@@ -324,6 +324,15 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
             f"{_k(first.pos_bin.iloc[1]) if len(first) > 1 else ''}-token bin and {nll.nll_base_last.iloc[0]:.2f} "
             "in the last: a model that does not use its far context cannot show what FP8 does to it there."
         )
+    for r in t.passkey_paired.to_dict("records") if len(t.passkey_paired) else ():
+        what = "passkey" if r["keys"] == 1 else f"{r['keys']}-needle passkey"
+        lines.append(
+            f"- {what} at {r['length']:,} tokens, `{r['kv_dtype']}` vs `auto` on the same {r['n']} prompts: "
+            f"{100 * r['acc']:.1f}% vs {100 * r['acc_base']:.1f}%, difference {100 * r['diff']:+.1f} points "
+            f"(95% CI {100 * r['ci_low']:+.1f} to {100 * r['ci_high']:+.1f}; {r['only_base']} prompts right only "
+            f"with `auto`, {r['only_cand']} only with `{r['kv_dtype']}`; this many prompts detect "
+            f"{100 * r['mde']:.1f} points with 80% power)."
+        )
     if s["passkey_acc"]:
         accs = ", ".join(f"`{dt}` {100 * a:.0f}%" for dt, a in s["passkey_acc"].items())
         lines.append(

@@ -132,6 +132,69 @@ def test_passkey_items_exact_length_and_needle_where_asked():
         lc.passkey_items(TINY, [40], [0.5])  # shorter than task + needle + question
 
 
+def test_multi_key_items_hold_every_needle_and_ask_for_the_one_at_depth():
+    """The multi-key variant: k needles alike but for a label, each with its own key, the asked one at ``depth``
+    (``needle_pos``), the others elsewhere; the question names the asked label; one-key items are unchanged."""
+    from fp8lab.workloads import _tokenizer
+
+    tok = _tokenizer(lc.resolve_model(TINY))
+    one = lc.passkey_items(TINY, [256], [0.5], trials=2, seed=3)
+    both = lc.passkey_items(TINY, [256], [0.5], trials=2, seed=3, keys=(1, 4))
+    assert [it.prompt for it in both[:2]] == [it.prompt for it in one]  # keys=(1,) first: same prompts as ever
+    multi = both[2:]
+    assert len(multi) == 2 and all(it.keys == 4 and it.tag.endswith("-k4") for it in multi)
+    for it in multi:
+        assert len(it.prompt) == 256
+        text = tok.decode(list(it.prompt))
+        asked = text.rsplit("What is the pass key for the ", 1)[1].split(" door", 1)[0]
+        assert asked in lc.PASSKEY_LABELS
+        assert text.count("door's pass key.") == 4  # four needles
+        needle = tok.encode(lc.PASSKEY_MULTI_NEEDLE.format(label=asked, key=it.key), add_special_tokens=False)
+        assert list(it.prompt[it.needle_pos : it.needle_pos + len(needle)]) == needle  # the asked one, where stated
+        others = [lab for lab in lc.PASSKEY_LABELS if lab != asked and f"for the {lab} door is" in text]
+        assert len(others) == 3
+    with pytest.raises(SpecError, match="keys"):
+        lc.passkey_items(TINY, [256], [0.5], keys=(9,))
+
+
+def test_passkey_paired_difference_interval_and_power():
+    """Paired over prompts: 100 prompts, auto right on 80, fp8 on 75 (5 lost, 0 gained): diff -0.05 with a t-interval
+    over the per-prompt differences; with nothing discordant the interval is the rule of three, +-3/n."""
+    import numpy as np
+    import pandas as pd
+
+    from fp8lab.longctx.divergence import paired_mde_proportion, passkey_paired
+
+    tags = [f"p{i}" for i in range(100)]
+    auto = [1] * 80 + [0] * 20
+    fp8 = [1] * 75 + [0] * 25
+    pk = pd.DataFrame(
+        [
+            {"kv_dtype": "auto", "tag": t, "keys": 1, "length": 1024, "correct": bool(a)}
+            for t, a in zip(tags, auto, strict=True)
+        ]
+        + [
+            {"kv_dtype": "fp8", "tag": t, "keys": 1, "length": 1024, "correct": bool(b)}
+            for t, b in zip(tags, fp8, strict=True)
+        ]
+    )
+    r = passkey_paired(pk).iloc[0]
+    d = np.array(fp8, float) - np.array(auto, float)
+    h = 1.9842169515086827 * d.std(ddof=1) / 10  # t(0.975, 99) * s / sqrt(100)
+    assert (r.n, r.only_base, r.only_cand) == (100, 5, 0)
+    assert (
+        r["diff"] == pytest.approx(-0.05)
+        and r.ci_low == pytest.approx(-0.05 - h)
+        and r.ci_high == pytest.approx(-0.05 + h)
+    )
+    assert r.mde == pytest.approx(paired_mde_proportion(auto, fp8)) and r.mde == pytest.approx(
+        2.8015852 * np.sqrt(0.05 / 100), rel=1e-6
+    )
+    same = passkey_paired(pk.assign(correct=pk.tag.isin(tags[:80]))).iloc[0]
+    assert (same["diff"], same.ci_low, same.ci_high) == (0.0, -0.03, 0.03)
+    assert same.mde == pytest.approx(2.8015852 * np.sqrt(2 * 0.8 * 0.2 / 100), rel=1e-6)
+
+
 def test_passkey_scoring():
     assert lc.passkey_correct(" 71432. Remember it.", "71432")
     assert lc.passkey_correct(" 7 14 32", "71432")
