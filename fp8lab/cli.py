@@ -4,6 +4,8 @@
 ``fp8lab run [--profile NAME] [--out DIR] [notebooks...]``: execute the studies headlessly and write
 HTML reports, ``index.html`` and ``summary.json``.
 ``fp8lab doctor [--model DIR] [--json]``: which KV dtypes run natively here, and why not (:mod:`fp8lab.capability`).
+``fp8lab model [--check] [--gguf PATH] [--force] [--path]``: make (or check) the real model, SmolLM2-135M-Instruct,
+in its cache folder (:mod:`fp8lab.realmodel`; ``MODEL: smollm2-135m-instruct`` names it).
 """
 
 from __future__ import annotations
@@ -97,6 +99,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_model(args: argparse.Namespace) -> int:
+    from fp8lab import realmodel
+
+    return realmodel.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fp8lab.estimate_cli import add_estimate_parser
 
@@ -140,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--model", help="a model folder: its head_dim is checked too (CPU FP8 needs head_dim % 32 == 0)")
     doc.add_argument("--json", action="store_true")
     doc.set_defaults(func=cmd_doctor)
+
+    from fp8lab import realmodel
+
+    mod = sub.add_parser(
+        "model", help=f"make the real model ({realmodel.FOLDER}, MODEL: {realmodel.NAME}) in its cache, or check it"
+    )
+    realmodel.add_arguments(mod)
+    mod.set_defaults(func=cmd_model)
     return parser
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from fp8lab import realmodel
 from fp8lab.errors import SpecError
 from fp8lab.paths import REPO_ROOT
 
@@ -72,12 +73,24 @@ def check_bool(obj: Any, name: str, value: Any) -> None:
 
 def resolve_model(model: str) -> str:
     """A model given as a path is made absolute (relative paths are tried against the
-    working directory, then the repository root); a hub id is returned unchanged."""
+    working directory, then the repository root); the real model's name (:data:`fp8lab.realmodel.NAME`,
+    ``smollm2-135m-instruct``) is its converted folder (:func:`fp8lab.realmodel.model_dir`, made or not: see
+    :func:`check_model_folder`); a hub id is returned unchanged."""
     p = Path(model).expanduser()
     for cand in (p, REPO_ROOT / p):
         if cand.is_dir() or cand.is_file():
             return str(cand.resolve())
+    if model.strip().lower() == realmodel.NAME:
+        return str(realmodel.model_dir())
     return model
+
+
+def real_model_problem(path: str) -> str | None:
+    """If ``path`` is the real model's folder (:func:`fp8lab.realmodel.model_dir`), why it cannot be used (missing,
+    or failing its manifest check), with the command that makes it; None for any other folder or a good one."""
+    if Path(path) != realmodel.model_dir():
+        return None
+    return realmodel.problem(path)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -86,8 +99,11 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 def check_model_folder(
     obj: Any, name: str, value: str, allowed: str = "a local model folder holding config.json and weights"
 ) -> str:
-    """``value`` resolved (:func:`resolve_model`); it must be a folder holding ``config.json``."""
+    """``value`` resolved (:func:`resolve_model`); it must be a folder holding ``config.json``, and the real model's
+    folder must pass its manifest check (:func:`real_model_problem`)."""
     path = resolve_model(value)
+    if (why := real_model_problem(path)) is not None:
+        raise SpecError(_name(obj), name, value, why)
     if not (Path(path) / "config.json").is_file():
         raise SpecError(_name(obj), name, path, allowed)
     return path
@@ -193,7 +209,10 @@ class EngineSpec:
 
     def check_paths(self) -> None:
         """The checks that need this machine's file system, run when a run starts (before any engine starts), not
-        when the spec is built: ``model`` given as a path must be a folder holding ``config.json``."""
+        when the spec is built: ``model`` given as a path must be a folder holding ``config.json``; the real model's
+        folder must pass its manifest check."""
+        if (why := real_model_problem(self.model)) is not None:
+            raise SpecError("EngineSpec", "model", self.model, why)
         if _looks_like_path(self.model) and not (Path(self.model) / "config.json").is_file():
             raise SpecError(
                 "EngineSpec",
@@ -288,6 +307,7 @@ __all__ = [
     "check_model_folder",
     "check_tokenizer",
     "read_text",
+    "real_model_problem",
     "resolve_model",
     "spec_hash",
 ]
