@@ -74,8 +74,9 @@ def sequence_logprobs(row: Any) -> tuple[list[float], list[list[int]], list[list
     """``(token_logprobs, topk_ids, topk_logprobs)`` aligned with the scored sequence (prompt, then forced tokens).
 
     ``row``: one record (a dict or a pandas row) of either method. A forced record's prompt positions hold NaN /
-    ``[]`` (unless it also asked for prompt logprobs) and its continuation positions the forced steps' logprobs; a
-    one-pass record's are its prompt logprobs (position 0: NaN, nothing precedes it)."""
+    ``[]`` (unless it also asked for prompt logprobs) and its continuation positions the forced steps' logprobs (NaN
+    where ``forced_ok`` is False: the engine did not generate the forced tokens); a one-pass record's are its prompt
+    logprobs (position 0: NaN, nothing precedes it)."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
     forced = get("forced_token_ids", None)
     n_prompt = int(get("prompt_tokens"))
@@ -90,9 +91,10 @@ def sequence_logprobs(row: Any) -> tuple[list[float], list[list[int]], list[list
     else:
         lps, ids, tlps = [float("nan")] * n_prompt, [[] for _ in range(n_prompt)], [[] for _ in range(n_prompt)]
     if _is_list(forced) and len(forced):
-        o_lp = get("output_token_logprobs", None)
-        o_lp = list(o_lp) if _is_list(o_lp) else []
-        lps += list(map(float, o_lp))
+        n = len(forced)
+        if not bool(get("forced_ok", False)):  # the engine did not generate the forced tokens: nothing scored
+            return lps + [float("nan")] * n, ids + [[] for _ in range(n)], tlps + [[] for _ in range(n)]
+        lps += list(map(float, get("output_token_logprobs")))
         ids += [list(map(int, x)) for x in get("output_topk_ids")]
         tlps += [list(map(float, x)) for x in get("output_topk_logprobs")]
     return lps, ids, tlps
