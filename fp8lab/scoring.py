@@ -79,25 +79,30 @@ def sequence_logprobs(row: Any) -> tuple[list[float], list[list[int]], list[list
     logprobs (position 0: NaN, nothing precedes it)."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
     forced = get("forced_token_ids", None)
-    n_prompt = int(get("prompt_tokens"))
     p_lp = get("prompt_token_logprobs", None)
     if _is_list(p_lp):
-        lps, ids, tlps = (
-            list(map(float, p_lp)),
-            [list(x) for x in get("prompt_topk_ids")],
-            list(get("prompt_topk_logprobs")),
-        )
-        tlps = [list(map(float, x)) for x in tlps]
+        lps = list(map(float, p_lp))
+        ids, tlps = _topk(get("prompt_topk_ids", None), get("prompt_topk_logprobs", None), len(lps))
     else:
+        n_prompt = int(get("prompt_tokens"))
         lps, ids, tlps = [float("nan")] * n_prompt, [[] for _ in range(n_prompt)], [[] for _ in range(n_prompt)]
     if _is_list(forced) and len(forced):
         n = len(forced)
         if not bool(get("forced_ok", False)):  # the engine did not generate the forced tokens: nothing scored
             return lps + [float("nan")] * n, ids + [[] for _ in range(n)], tlps + [[] for _ in range(n)]
         lps += list(map(float, get("output_token_logprobs")))
-        ids += [list(map(int, x)) for x in get("output_topk_ids")]
-        tlps += [list(map(float, x)) for x in get("output_topk_logprobs")]
+        o_ids, o_lps = _topk(get("output_topk_ids", None), get("output_topk_logprobs", None), n)
+        ids += o_ids
+        tlps += o_lps
     return lps, ids, tlps
+
+
+def _topk(ids: Any, lps: Any, n: int) -> tuple[list[list[int]], list[list[float]]]:
+    """Top-k lists as plain lists; ``n`` empty ones where a slimmed store dropped them (scripts/slim_store.py keeps
+    the actual tokens' scores only)."""
+    if _is_list(ids) and _is_list(lps):
+        return [list(map(int, x)) for x in ids], [list(map(float, x)) for x in lps]
+    return [[] for _ in range(n)], [[] for _ in range(n)]
 
 
 def cache_check(base: Sequence[float], cand: Sequence[float], tol: float = 0.0) -> dict[str, float]:
