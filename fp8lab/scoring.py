@@ -100,9 +100,9 @@ def sequence_logprobs(row: Any) -> tuple[list[float], list[list[int]], list[list
 def _topk(ids: Any, lps: Any, n: int) -> tuple[list[list[int]], list[list[float]]]:
     """Top-k lists as plain lists; ``n`` empty ones where a slimmed store dropped them (scripts/slim_store.py keeps
     the actual tokens' scores only)."""
-    if _is_list(ids) and _is_list(lps):
-        return [list(map(int, x)) for x in ids], [list(map(float, x)) for x in lps]
-    return [[] for _ in range(n)], [[] for _ in range(n)]
+    out_ids = [list(map(int, x)) for x in ids] if _is_list(ids) else [[] for _ in range(n)]
+    out_lps = [list(map(float, x)) for x in lps] if _is_list(lps) else [[] for _ in range(n)]
+    return out_ids, out_lps
 
 
 def cache_check(base: Sequence[float], cand: Sequence[float], tol: float = 0.0) -> dict[str, float]:

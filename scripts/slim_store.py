@@ -189,19 +189,29 @@ def slim_divergence(study_dir: Path, profile: str) -> None:
 # ------------------------------------------------------------------------------------------- Studies 02 / 03
 def slim_quality(t: pa.Table) -> pa.Table:
     """Study 03's records (Study 02 stores its engines with them) without what :mod:`fp8lab.quality` and
-    :mod:`fp8lab.calibration` never read: the top-k lists of the ``ppl`` windows (perplexity reads the
-    token logprobs), the top-k logprobs of ``task_tf`` (its accuracy reads the top-1 ids) and the greedy
-    outputs' top-k lists (only the outputs' token ids and logprobs are compared)."""
-    if "phase" not in t.column_names or "prompt_topk_ids" not in t.column_names:
+    :mod:`fp8lab.calibration` never read: the top-k lists of the perplexity windows (perplexity reads the token
+    logprobs), the top-k logprobs of ``task_tf`` (its accuracy reads the top-1 ids) and the greedy outputs' top-k
+    lists (only the outputs' token ids and logprobs are compared). Scored through the KV cache (forced,
+    :mod:`fp8lab.scoring`) the lists are ``output_topk_*``; scored in one pass (older stores' ``teacher`` / ``ppl`` /
+    ``task_tf``, newer stores' ``*_one_pass`` twins) ``prompt_topk_*``. A list a reader uses is never nulled."""
+    if "phase" not in t.column_names:
         return t
     phase = t.column("phase").to_pylist()
     if not {"ppl", "task_tf", "teacher"} <= set(phase):
         return t
-    for name, phases in (("prompt_topk_ids", {"ppl"}), ("prompt_topk_logprobs", {"ppl", "task_tf"})):
+    null_in = {
+        "prompt_topk_ids": {"ppl", "ppl_one_pass"},
+        "prompt_topk_logprobs": {"ppl", "ppl_one_pass", "task_tf"},
+        "output_topk_ids": {"greedy", "ppl"},
+        "output_topk_logprobs": {"greedy", "ppl", "task_tf"},
+    }
+    for name, phases in null_in.items():
+        if name not in t.column_names:
+            continue
         col = t.column(name)
         keep = pa.array([p not in phases for p in phase])
         t = t.set_column(t.column_names.index(name), name, pc.if_else(keep, col, pa.nulls(len(phase), col.type)))
-    return t.drop_columns([c for c in ("output_topk_ids", "output_topk_logprobs") if c in t.column_names])
+    return t
 
 
 # ------------------------------------------------------------------------------------------- the store

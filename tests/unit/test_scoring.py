@@ -101,3 +101,9 @@ def test_cache_check_of_identical_scores_is_zero_and_of_nothing_is_nan():
         "frac_differ": 0.0,
     }
     assert cache_check([np.nan], [-1.0])["positions"] == 0
+
+
+def test_a_slimmed_forced_record_keeps_its_scores_and_whatever_lists_remain():
+    row = {**_forced_row(), "output_topk_logprobs": None}  # scripts/slim_store.py nulls task_tf's top-k logprobs
+    lps, ids, tlps = sequence_logprobs(row)
+    assert lps[3:] == [-0.5, -1.5] and ids[3:] == [[8, 1], [2, 9]] and tlps[3:] == [[], []]
