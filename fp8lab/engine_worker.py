@@ -153,6 +153,10 @@ def _sampling_params(req: dict[str, Any], stream: bool = False, final_only: bool
         kw["prompt_logprobs"] = req["prompt_logprobs"]
     if req["logprobs"] is not None:
         kw["logprobs"] = req["logprobs"]
+    if req.get("forced_token_ids"):  # scoring through the cache: fp8lab.forcing generates exactly these tokens
+        from fp8lab.scoring import FORCED_KEY
+
+        kw["extra_args"] = {FORCED_KEY: [int(t) for t in req["forced_token_ids"]]}
     if stream:
         kw["output_kind"] = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA
     return SamplingParams(**kw)
@@ -194,7 +198,22 @@ def _record(idx: int, req: dict[str, Any], out: Any, phase: str) -> dict[str, An
         )
     if req["logprobs"] is not None:
         row.update(_logprob_columns(comp.logprobs, row["output_token_ids"], "output", req["logprobs"]))
+    if req.get("forced_token_ids"):
+        row.update(_forced_columns(req, row["output_token_ids"]))
     return row
+
+
+def _forced_columns(req: dict[str, Any], output_ids: list[int]) -> dict[str, Any]:
+    """``forced_token_ids`` (what was asked) and ``forced_ok`` (the engine generated exactly those: the forcing
+    worked, so ``output_token_logprobs`` are the forced tokens' scores)."""
+    forced = [int(t) for t in req["forced_token_ids"]]
+    return {"forced_token_ids": forced, "forced_ok": [int(t) for t in output_ids] == forced}
+
+
+def needs_forcing(phases: list[dict[str, Any]]) -> bool:
+    """Whether any request forces its output (then the engine gets fp8lab's logits processor; only then, because
+    vLLM 0.26 runs engines with custom logits processors on its V1 model runner: fp8lab.forcing)."""
+    return any(r.get("forced_token_ids") for p in phases for r in p["requests"])
 
 
 def _tokens_prompt(req: dict[str, Any]):
@@ -263,6 +282,8 @@ async def _stream_one(
         row.update(_logprob_columns(prompt_lp, list(req["prompt_token_ids"]), "prompt", req["prompt_logprobs"]))
     if req["logprobs"] is not None:
         row.update(_logprob_columns(output_lp, token_ids, "output", req["logprobs"]))
+    if req.get("forced_token_ids"):
+        row.update(_forced_columns(req, token_ids))
     if token_times:
         # client-observed: TTFT from send to first delta; ITL between consecutive deltas, a delta of k
         # tokens (merged when the consumer lags) counts as k gaps of equal size.
@@ -406,6 +427,10 @@ def engine_facts(vcfg: Any, mem: devices.MemoryProbe, async_engine: bool = False
     e["kv_cache_size_tokens_vllm"] = getattr(cc, "kv_cache_size_tokens", None)
     e["cuda_graphs"] = not bool(vcfg.model_config.enforce_eager)
     e["engine_core"] = devices.engine_core_layout(async_engine)
+    try:  # vLLM 0.26 (CUDA): the V2 model runner unless something it lacks (e.g. custom logits processors) is on
+        e["model_runner_v2"] = bool(vcfg.use_v2_model_runner)
+    except Exception:  # noqa: BLE001 - a version without the property
+        e["model_runner_v2"] = None
     e["mem_after_start_bytes"] = mem.used_bytes()
     e["mem_per_device_after_start_bytes"] = mem.per_device_used()  # one entry per GPU of the run
     return e
@@ -435,6 +460,10 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
         res["provenance"] = devices.provenance(seed=spec["seed"])
         _write(path, res)
         kw = _engine_kwargs(spec)
+        if needs_forcing(phases):
+            from fp8lab.scoring import FORCING_FQCN
+
+            kw["logits_processors"] = [FORCING_FQCN]
         t0 = time.perf_counter()
         if options.get("driver", "llm") == "async":
             from vllm.engine.arg_utils import AsyncEngineArgs
@@ -453,6 +482,7 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
         e = res["engine"]
         e["engine_start_s"] = time.perf_counter() - t0
         e.update(engine_facts(vcfg, mem, async_engine=engine is not None))
+        e["forced_decode"] = "logits_processors" in kw
         _write(path, res)
 
         loop = asyncio.new_event_loop() if engine is not None else None

@@ -138,13 +138,20 @@ def run_emulated(
 
 
 def _teacher_vectors(records: Any) -> tuple[Any, Any]:
-    """(top-1 token id, logprob of the actual token) at every scored prompt position, prompts in tag order."""
+    """(top-1 token id, logprob of the actual token) at every scored position (through the cache or one pass:
+    :func:`fp8lab.scoring.sequence_logprobs`), prompts in tag order."""
     import numpy as np
 
-    rec = records.sort_index()
-    top1 = np.concatenate([[ids[0] if len(ids) else -1 for ids in r][1:] for r in rec.prompt_topk_ids])
-    lp = np.concatenate([np.asarray(list(r), dtype=float)[1:] for r in rec.prompt_token_logprobs])
-    return top1, lp
+    from fp8lab.scoring import sequence_logprobs
+
+    top1, lp = [], []
+    for tag in sorted(records.index):
+        lps, ids, _ = sequence_logprobs(records.loc[tag])
+        for x, i in zip(lps[1:], ids[1:], strict=True):
+            if x == x:  # scored here
+                top1.append(i[0] if len(i) else -1)
+                lp.append(x)
+    return np.asarray(top1), np.asarray(lp, dtype=float)
 
 
 def compare_with_native(runs: Any, study: str = "03_quality") -> Any:

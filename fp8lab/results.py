@@ -42,7 +42,10 @@ FINAL_STATUSES = ("ok", "oom", "unsupported", "invalid")
 def _requests_digest(reqs: Sequence[Request]) -> str:
     h = hashlib.sha256()
     for r in reqs:
-        h.update(json.dumps(dataclasses.asdict(r), sort_keys=True).encode())
+        d = dataclasses.asdict(r)
+        if d.get("forced_token_ids") is None:  # so requests stored before the field existed keep their digests
+            d.pop("forced_token_ids", None)
+        h.update(json.dumps(d, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -67,6 +70,7 @@ ENGINE_CODE_FILES = (
     "fp8emu.py",
     "fp8formats.py",
     "devices.py",
+    "forcing.py",
 )
 
 

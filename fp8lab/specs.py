@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -262,6 +263,8 @@ class Request:
     ``prompt_logprobs`` / ``logprobs``: how many top tokens to return per prompt / output position.
     ``temperature``: 0 (greedy, every study's default) or the sampling temperature (the fidelity check
     uses 1.0 with top-p 1, as ``vllm bench throughput`` does: sampling costs more than greedy).
+    ``forced_token_ids``: the tokens the request must generate, forced step by step (:mod:`fp8lab.scoring`, scoring
+    through the KV cache): exactly ``max_tokens`` of them, greedy, not stopping at EOS, with ``logprobs`` set.
     """
 
     prompt_token_ids: tuple[int, ...]
@@ -273,6 +276,7 @@ class Request:
     stop_at_eos: bool = False
     tag: str = ""
     temperature: float = 0.0
+    forced_token_ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_token_ids", tuple(int(t) for t in self.prompt_token_ids))
@@ -283,6 +287,31 @@ class Request:
         check_int(self, "prompt_logprobs", self.prompt_logprobs, 0, 20, optional=True)
         check_int(self, "logprobs", self.logprobs, 0, 20, optional=True)
         check_float(self, "temperature", self.temperature, 0.0, 100.0)
+        if self.forced_token_ids is not None:
+            self._check_forced()
+
+    def _check_forced(self) -> None:
+        forced = self.forced_token_ids
+        if isinstance(forced, (str, bytes)) or not hasattr(forced, "__iter__"):
+            raise SpecError("Request", "forced_token_ids", forced, "a sequence of token ids (ints >= 0) or None")
+        raw = tuple(forced)
+        try:
+            forced = tuple(operator.index(t) for t in raw if not isinstance(t, bool))
+        except TypeError:
+            forced = ()
+        if not forced or len(forced) != len(raw) or min(forced) < 0:
+            raise SpecError("Request", "forced_token_ids", raw[:8], "a non-empty sequence of ints >= 0")
+        object.__setattr__(self, "forced_token_ids", forced)
+        if self.max_tokens != len(forced):
+            raise SpecError("Request", "max_tokens", self.max_tokens, f"len(forced_token_ids) = {len(forced)}")
+        if self.stop_at_eos:
+            raise SpecError(
+                "Request", "stop_at_eos", True, "False with forced_token_ids (every forced token is scored)"
+            )
+        if self.temperature != 0.0:
+            raise SpecError("Request", "temperature", self.temperature, "0.0 with forced_token_ids (greedy)")
+        if self.logprobs is None:
+            raise SpecError("Request", "logprobs", None, "an int 0..20 with forced_token_ids (the scores)")
 
     @property
     def prompt_len(self) -> int:

@@ -144,7 +144,9 @@ def divergence_columns(base: Any, cand: Any, token_ids: Any, top_k: int) -> tupl
 
 
 def slim_divergence(study_dir: Path, profile: str) -> None:
-    """Study 04's ``div-*`` records: per-position divergence into the candidates' records, top-k lists out."""
+    """Study 04's ``div-*`` records: per-position divergence into the candidates' records, top-k lists out (the
+    scores of the actual tokens stay: ``prompt_token_logprobs`` of one-pass records, ``output_token_logprobs`` of
+    forced ones)."""
     from fp8lab import longctx
     from fp8lab.results import read_records
 
@@ -157,7 +159,7 @@ def slim_divergence(study_dir: Path, profile: str) -> None:
         if "phase" in df and df.phase.astype(str).str.startswith("div-").any():
             kv = json.loads((rd / "spec.json").read_text())["engine"]["kv_cache_dtype"]
             runs[kv] = (rd, df)
-    if longctx.BASELINE not in runs or "prompt_topk_ids" not in runs[longctx.BASELINE][1]:
+    if longctx.BASELINE not in runs or not {"prompt_topk_ids", "output_topk_ids"} & set(runs[longctx.BASELINE][1]):
         return  # nothing to do (no quality engines, or slimmed already)
     plan = _longctx_plan(profile)
     docs = longctx.quality_documents(plan)
@@ -175,7 +177,9 @@ def slim_divergence(study_dir: Path, profile: str) -> None:
         df = df.assign(div_top1=top1, div_topk=topk, div_kl=kl, div_top_k=plan.top_k, div_base=base_dir.name)
         runs[kv] = (rd, df)
     for _kv, (rd, df) in runs.items():
-        df = df.drop(columns=[c for c in ("prompt_topk_ids", "prompt_topk_logprobs") if c in df])
+        # one-pass (prompt_*) or through the cache (output_*, forced: fp8lab.scoring) top-k lists
+        lists = ("prompt_topk_ids", "prompt_topk_logprobs", "output_topk_ids", "output_topk_logprobs")
+        df = df.drop(columns=[c for c in lists if c in df])
         t = pa.Table.from_pandas(df, preserve_index=False)
         if "div_kl" in t.column_names:  # float32: 7 significant digits of a lower-bound estimate
             t = t.set_column(t.column_names.index("div_kl"), "div_kl", t.column("div_kl").cast(pa.list_(pa.float32())))
@@ -185,19 +189,29 @@ def slim_divergence(study_dir: Path, profile: str) -> None:
 # ------------------------------------------------------------------------------------------- Studies 02 / 03
 def slim_quality(t: pa.Table) -> pa.Table:
     """Study 03's records (Study 02 stores its engines with them) without what :mod:`fp8lab.quality` and
-    :mod:`fp8lab.calibration` never read: the top-k lists of the ``ppl`` windows (perplexity reads the
-    token logprobs), the top-k logprobs of ``task_tf`` (its accuracy reads the top-1 ids) and the greedy
-    outputs' top-k lists (only the outputs' token ids and logprobs are compared)."""
-    if "phase" not in t.column_names or "prompt_topk_ids" not in t.column_names:
+    :mod:`fp8lab.calibration` never read: the top-k lists of the perplexity windows (perplexity reads the token
+    logprobs), the top-k logprobs of ``task_tf`` (its accuracy reads the top-1 ids) and the greedy outputs' top-k
+    lists (only the outputs' token ids and logprobs are compared). Scored through the KV cache (forced,
+    :mod:`fp8lab.scoring`) the lists are ``output_topk_*``; scored in one pass (older stores' ``teacher`` / ``ppl`` /
+    ``task_tf``, newer stores' ``*_one_pass`` twins) ``prompt_topk_*``. A list a reader uses is never nulled."""
+    if "phase" not in t.column_names:
         return t
     phase = t.column("phase").to_pylist()
     if not {"ppl", "task_tf", "teacher"} <= set(phase):
         return t
-    for name, phases in (("prompt_topk_ids", {"ppl"}), ("prompt_topk_logprobs", {"ppl", "task_tf"})):
+    null_in = {
+        "prompt_topk_ids": {"ppl", "ppl_one_pass"},
+        "prompt_topk_logprobs": {"ppl", "ppl_one_pass", "task_tf"},
+        "output_topk_ids": {"greedy", "ppl"},
+        "output_topk_logprobs": {"greedy", "ppl", "task_tf"},
+    }
+    for name, phases in null_in.items():
+        if name not in t.column_names:
+            continue
         col = t.column(name)
         keep = pa.array([p not in phases for p in phase])
         t = t.set_column(t.column_names.index(name), name, pc.if_else(keep, col, pa.nulls(len(phase), col.type)))
-    return t.drop_columns([c for c in ("output_topk_ids", "output_topk_logprobs") if c in t.column_names])
+    return t
 
 
 # ------------------------------------------------------------------------------------------- the store

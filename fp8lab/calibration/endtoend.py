@@ -82,13 +82,15 @@ def run_dynamic(runs: Any, study: str = "03_quality") -> tuple[Any, dict[str, An
 
 
 def logprob_vectors(runs: Any, label: str, phases: Sequence[str] = ("teacher", "ppl")) -> np.ndarray:
-    """Every prompt-token logprob a config returned in ``phases`` (in request order), one flat array."""
+    """Every scored token's logprob a config returned in ``phases`` (requests in tag order; through the KV cache
+    or one pass, :func:`fp8lab.scoring.sequence_logprobs`), one flat array."""
+    from fp8lab.scoring import sequence_logprobs
+
     vals: list[float] = []
     for ph in phases:
         rec = runs.records(label, ph)
-        if len(rec) and "prompt_token_logprobs" in rec:
-            for lps in rec.sort_index().prompt_token_logprobs:
-                vals.extend(float(x) for x in lps)
+        for tag in sorted(rec.index) if len(rec) else []:
+            vals.extend(sequence_logprobs(rec.loc[tag])[0])
     a = np.asarray(vals, dtype=np.float64)
     return a[np.isfinite(a)]
 

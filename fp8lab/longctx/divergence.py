@@ -40,19 +40,19 @@ def position_divergence(
     """Per position ``>= 1`` of one teacher-forced document: ``top1`` (do the argmaxes agree),
     ``top<k>`` overlap (:func:`fp8lab.quality.topk_overlap`), ``abs_dlogprob`` of the actual token and
     ``kl`` (:func:`fp8lab.quality.kl_topk`, a lower bound, nats), and each side's ``nll`` of the actual
-    token (nats). ``base`` / ``cand``: records with ``prompt_token_logprobs``, ``prompt_topk_ids``,
-    ``prompt_topk_logprobs`` (Study 03's measure, applied along the whole context)."""
+    token (nats). ``base`` / ``cand``: records of either scoring method (through the KV cache, forced, or one pass
+    with prompt logprobs: :func:`fp8lab.scoring.sequence_logprobs`); Study 03's measure along the whole context."""
     from fp8lab.quality import kl_topk, topk_overlap
+    from fp8lab.scoring import sequence_logprobs
 
-    bl, cl = (
-        np.asarray(list(base["prompt_token_logprobs"]), float),
-        np.asarray(list(cand["prompt_token_logprobs"]), float),
-    )
-    bi, ci = list(base["prompt_topk_ids"]), list(cand["prompt_topk_ids"])
-    blp, clp = list(base["prompt_topk_logprobs"]), list(cand["prompt_topk_logprobs"])
+    bl, bi, blp = sequence_logprobs(base)
+    cl, ci, clp = sequence_logprobs(cand)
+    bl, cl = np.asarray(bl, float), np.asarray(cl, float)
     n = min(len(bl), len(cl), len(token_ids))
     rows = {"pos": [], "top1": [], f"top{top_k}": [], "abs_dlogprob": [], "kl": [], "nll_base": [], "nll_cand": []}
     for pos in range(1, n):
+        if not (np.isfinite(bl[pos]) and np.isfinite(cl[pos])):
+            continue
         b_ids, c_ids = [int(t) for t in bi[pos]], [int(t) for t in ci[pos]]
         p = dict(zip(b_ids, map(float, blp[pos]), strict=True))
         q = dict(zip(c_ids, map(float, clp[pos]), strict=True))
@@ -83,10 +83,9 @@ def stored_divergence(
     stored_k = int(cand.get("div_top_k", top_k))
     if stored_k != top_k:
         raise SpecError("LongCtxPlan", "top_k", top_k, f"{stored_k}: the top-k the stored divergence was computed with")
-    bl, cl = (
-        np.asarray(list(base["prompt_token_logprobs"]), float),
-        np.asarray(list(cand["prompt_token_logprobs"]), float),
-    )
+    from fp8lab.scoring import sequence_logprobs
+
+    bl, cl = np.asarray(sequence_logprobs(base)[0], float), np.asarray(sequence_logprobs(cand)[0], float)
     t1, tk, kl = (np.asarray(list(cand[c])) for c in ("div_top1", "div_topk", "div_kl"))
     n = min(len(bl), len(cl), len(token_ids), len(kl))
     pos = np.arange(1, n)
@@ -120,7 +119,8 @@ def divergence_table(res: LongCtxResult) -> pd.DataFrame:
                 if tag not in by[BASELINE].index or tag not in by[dt].index:
                     continue
                 b, c = by[BASELINE].loc[tag], by[dt].loc[tag]
-                if _has_list(c, "div_kl") and not (_has_list(b, "prompt_topk_ids") and _has_list(c, "prompt_topk_ids")):
+                lists = ("prompt_topk_ids", "output_topk_ids")
+                if _has_list(c, "div_kl") and not any(_has_list(b, k) and _has_list(c, k) for k in lists):
                     df = stored_divergence(b, c, ids, res.plan.top_k)
                 else:
                     df = position_divergence(b, c, ids, res.plan.top_k)

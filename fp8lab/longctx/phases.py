@@ -12,6 +12,7 @@ import numpy as np
 
 from fp8lab.longctx.spec import LongCtxPlan
 from fp8lab.longdocs import PASSKEY_OUTPUT_TOKENS, PasskeyItem, document_ids, passkey_items, random_ids
+from fp8lab.scoring import forced_request
 from fp8lab.specs import Phase, Request
 
 _PHASE_RE = re.compile(r"^(?:ramp-c(?P<c>\d+)-L(?P<L>\d+)|randtok-L(?P<rL>\d+)|(?P<other>.+))$")
@@ -108,17 +109,17 @@ def quality_documents(plan: LongCtxPlan) -> dict[str, list[tuple[int, ...]]]:
 
 
 def quality_phases(plan: LongCtxPlan) -> tuple[list[Phase], list[PasskeyItem]]:
-    """``div-text`` / ``div-random`` (whole documents, ``max_tokens=1``, ``prompt_logprobs=top_k``: one
-    prefill that reads the quantized cache, vllm-notes section 6) and ``passkey`` (greedy, 8 tokens);
-    one request at a time. Also returns the passkey items (keys, depths) for scoring."""
+    """``div-text`` / ``div-random`` (whole documents scored through the KV cache: the first token as the prompt,
+    the rest forced token by token with ``top_k`` logprobs, :func:`fp8lab.scoring.forced_request`, so every
+    position after the first attends over K/V read back from the cache; one decode step per token) and
+    ``passkey`` (greedy, 8 tokens); one request at a time. Also returns the passkey items (keys, depths)."""
     if plan.quality_model is None:
         return [], []
     phases = []
     for source, docs in quality_documents(plan).items():
         if docs:
             reqs = tuple(
-                Request(d, max_tokens=1, prompt_logprobs=plan.top_k, cls=source, tag=f"{source}-{j}")
-                for j, d in enumerate(docs)
+                forced_request(d[:1], d[1:], plan.top_k, cls=source, tag=f"{source}-{j}") for j, d in enumerate(docs)
             )
             phases.append(Phase(f"div-{source}", reqs, concurrency=1))
     items: list[PasskeyItem] = []

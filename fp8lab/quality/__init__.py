@@ -6,18 +6,21 @@ rate" (0.92-0.96 "fine", below 0.85 "calibration failed"). Three greedy tokens s
 early flip changes everything after it, so this module adds:
 
 - **greedy agreement** over ``gen_tokens``: identical-prefix length, first divergence, agreement rate;
-- **teacher-forced** scoring: the baseline's own greedy continuation is appended to the prompt and
-  scored by every engine with ``prompt_logprobs`` (one prefill, so one flip cannot cascade; the
-  prefill reads the quantized cache: vllm-notes section 6), per position: top-k overlap (k = 1..K),
-  |delta logprob| of the actual token, and a KL lower bound from the top-k lists (:func:`kl_topk`);
-- **perplexity** on held-out text windows, and its delta;
+- **teacher-forced** scoring: the baseline's own greedy continuation is forced after the prompt, token by token,
+  on every engine (:mod:`fp8lab.scoring`: each scored position after the first is a decode step that reads the
+  context's K/V back from the, possibly quantized, KV cache; one flip cannot cascade), per position: top-k overlap
+  (k = 1..K), |delta logprob| of the actual token, and a KL lower bound from the top-k lists (:func:`kl_topk`).
+  The same sequences scored in one prefill with ``prompt_logprobs`` stay as a secondary column (``*_one_pass``):
+  some attention backends' one-pass prefill never reads the quantized cache (vllm-notes section 10), and
+  :func:`scoring_check` records, per engine and attention backend, whether each method saw the quantization;
+- **perplexity** on held-out text windows (through the cache too), and its delta;
 - a **copy task** (retrieve a span from earlier in the context after a cue), scored by accuracy;
 - the **round trip** of the model's real K/V (and Q) through each FP8 format and rounding, and the
   error it puts on attention outputs (:func:`roundtrip_table`, :func:`attention_error_table`).
 
 Engines: one reference run of ``auto`` makes the greedy continuations; then every KV config
-(``auto`` again, each fp8 dtype, each scale set) runs once with four phases (greedy, teacher,
-ppl, task), so the baseline is measured exactly as the candidates are, and ``auto`` against the
+(``auto`` again, each fp8 dtype, each scale set) runs once with the phases of :data:`PHASES` (greedy, teacher and
+its one-pass twin, ppl and its one-pass twin, task, task_tf), so the baseline is measured exactly as the candidates are, and ``auto`` against the
 reference run is the run-to-run noise floor (exactly zero on CPU).
 
 The study is one subpackage, one concept per module; arrows point down only (``spec`` at the bottom; Study 02,
@@ -47,11 +50,13 @@ from fp8lab.quality.inputs import (
     copy_task_items,
     greedy_phase,
     load_prompt_set,
+    ppl_one_pass_phase,
     ppl_phase,
     ppl_windows,
     study_phases,
     task_phase,
     task_tf_phase,
+    teacher_one_pass_phase,
     teacher_phase,
 )
 from fp8lab.quality.metrics import (
@@ -92,6 +97,7 @@ from fp8lab.quality.tables import (
     greedy_table,
     ppl_by_label,
     ppl_table,
+    scoring_check,
     summary_table,
     task_table,
     teacher_table,
@@ -143,7 +149,10 @@ __all__ = [
     "task_phase",
     "task_table",
     "task_tf_phase",
+    "teacher_one_pass_phase",
     "teacher_phase",
+    "ppl_one_pass_phase",
+    "scoring_check",
     "teacher_table",
     "token_match_fraction",
     "top3_by_category",

@@ -13,6 +13,7 @@ import pandas as pd
 
 from fp8lab.quality.metrics import _ids
 from fp8lab.quality.spec import QualitySpec
+from fp8lab.scoring import forced_request, one_pass_request
 from fp8lab.specs import (
     Phase,
     Request,
@@ -120,25 +121,55 @@ def greedy_phase(prompts: pd.DataFrame, spec: QualitySpec) -> Phase:
 
 
 def teacher_phase(prompts: pd.DataFrame, continuations: Mapping[str, Sequence[int]], spec: QualitySpec) -> Phase:
-    """Prompt + the baseline's continuation, scored in one prefill (``max_tokens=1``, ``prompt_logprobs``)."""
+    """Prompt, then the baseline's continuation forced token by token: scored through the KV cache
+    (:func:`fp8lab.scoring.forced_request`, ``top_k`` logprobs per continuation position)."""
     return Phase(
         "teacher",
         tuple(
-            Request(
-                prompt_token_ids=tuple(ids) + tuple(_ids(continuations[pid])),
-                max_tokens=1,
-                prompt_logprobs=spec.top_k,
-                cls=cat,
-                tag=pid,
-            )
+            forced_request(ids, _ids(continuations[pid]), spec.top_k, cls=cat, tag=pid)
             for pid, cat, ids in zip(prompts.id, prompts.category, prompts.token_ids, strict=True)
         ),
     )
 
 
-def ppl_phase(windows: Sequence[Sequence[int]]) -> Phase:
+def teacher_one_pass_phase(
+    prompts: pd.DataFrame, continuations: Mapping[str, Sequence[int]], spec: QualitySpec
+) -> Phase:
+    """Prompt + the baseline's continuation scored in one prefill (``prompt_logprobs``): the secondary,
+    one-pass column (whether it reads K/V back from the cache depends on the attention backend)."""
+    return Phase(
+        "teacher_one_pass",
+        tuple(
+            one_pass_request(ids, _ids(continuations[pid]), spec.top_k, cls=cat, tag=pid)
+            for pid, cat, ids in zip(prompts.id, prompts.category, prompts.token_ids, strict=True)
+        ),
+    )
+
+
+def ppl_split(window_tokens: int, scored_tokens: int | None) -> int:
+    """Context length of a perplexity window scored through the cache: the window's last ``scored_tokens`` are
+    forced (None: all but the first token, the positions one-pass scoring scores)."""
+    return 1 if scored_tokens is None else max(1, window_tokens - scored_tokens)
+
+
+def ppl_phase(windows: Sequence[Sequence[int]], scored_tokens: int | None = None) -> Phase:
+    """Each window's first tokens as the prompt, the rest (``scored_tokens``, default all but the first) forced:
+    perplexity through the KV cache, one decode step per scored token."""
     return Phase(
         "ppl",
+        tuple(
+            forced_request(
+                w[: ppl_split(len(w), scored_tokens)], w[ppl_split(len(w), scored_tokens) :], 0, "ppl", f"w{i:03d}"
+            )
+            for i, w in enumerate(windows)
+        ),
+    )
+
+
+def ppl_one_pass_phase(windows: Sequence[Sequence[int]]) -> Phase:
+    """Each window scored in one prefill (``prompt_logprobs=0``): the secondary, one-pass perplexity."""
+    return Phase(
+        "ppl_one_pass",
         tuple(
             Request(prompt_token_ids=tuple(w), max_tokens=1, prompt_logprobs=0, cls="ppl", tag=f"w{i:03d}")
             for i, w in enumerate(windows)
@@ -155,14 +186,9 @@ def task_phase(items: Sequence[CopyItem]) -> Phase:
 
 
 def task_tf_phase(items: Sequence[CopyItem]) -> Phase:
-    """The copy task, teacher-forced: prompt + answer scored in one prefill (top-1 and the answer's logprobs)."""
-    return Phase(
-        "task_tf",
-        tuple(
-            Request(prompt_token_ids=it.prompt + it.answer, max_tokens=1, prompt_logprobs=1, cls="copy", tag=it.tag)
-            for it in items
-        ),
-    )
+    """The copy task, teacher-forced through the KV cache: the prompt, then the answer forced (top-1 and the
+    answer's logprobs)."""
+    return Phase("task_tf", tuple(forced_request(it.prompt, it.answer, 1, "copy", it.tag) for it in items))
 
 
 def study_phases(
@@ -172,11 +198,16 @@ def study_phases(
     windows: Sequence[Sequence[int]],
     task: Sequence[CopyItem],
 ) -> list[Phase]:
-    """The phases every measured KV config runs, in order: greedy, teacher, ppl (if windows), task and
-    task_tf (if items). ``continuations``: the reference run's greedy tokens per prompt id."""
-    phases = [greedy_phase(prompts, spec), teacher_phase(prompts, continuations, spec)]
+    """The phases every measured KV config runs, in order: greedy, teacher (through the cache), teacher_one_pass,
+    ppl and ppl_one_pass (if windows), task and task_tf (if items). ``continuations``: the reference run's greedy
+    tokens per prompt id."""
+    phases = [
+        greedy_phase(prompts, spec),
+        teacher_phase(prompts, continuations, spec),
+        teacher_one_pass_phase(prompts, continuations, spec),
+    ]
     if windows:
-        phases.append(ppl_phase(windows))
+        phases += [ppl_phase(windows, spec.ppl_scored_tokens), ppl_one_pass_phase(windows)]
     if task:
         phases += [task_phase(task), task_tf_phase(task)]
     return phases

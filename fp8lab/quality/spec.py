@@ -29,7 +29,7 @@ REPORT_THRESHOLD = 0.85
 REPORT_FINE_BAND = (0.92, 0.96)
 BASELINE = "auto"
 DEFAULT_PROMPTS = PROMPTS_DIR / "quality_prompts.jsonl"
-PHASES = ("greedy", "teacher", "ppl", "task", "task_tf")
+PHASES = ("greedy", "teacher", "teacher_one_pass", "ppl", "ppl_one_pass", "task", "task_tf")
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,9 @@ class QualitySpec:
     position (greedy and teacher phases). Copy task: ``task_items`` passages of ``task_context_tokens``
     held-out tokens; a ``task_cue_tokens`` span from inside the passage is repeated at the end and the
     model must continue it with the next ``task_answer_tokens`` tokens of the passage.
+    Scoring (teacher, perplexity, copy task teacher-forced) goes through the KV cache (:mod:`fp8lab.scoring`): one
+    decode step per scored token. ``ppl_scored_tokens``: how many of each perplexity window's last tokens are scored
+    that way (the rest is the context, in the cache); None = all but the first (what one-pass scoring scores).
     """
 
     model: str = str(TINY_MODEL_DIR)
@@ -100,6 +103,7 @@ class QualitySpec:
     top_k: int = 5
     ppl_windows: int = 8
     ppl_window_tokens: int = 512
+    ppl_scored_tokens: int | None = None
     task_items: int = 16
     task_context_tokens: int = 256
     task_cue_tokens: int = 8
@@ -125,6 +129,7 @@ class QualitySpec:
         check_int(self, "top_k", self.top_k, 1, 20)
         check_int(self, "ppl_windows", self.ppl_windows, 0, 100_000)
         check_int(self, "ppl_window_tokens", self.ppl_window_tokens, 2, 1_000_000)
+        check_int(self, "ppl_scored_tokens", self.ppl_scored_tokens, 1, self.ppl_window_tokens - 1, optional=True)
         check_int(self, "task_items", self.task_items, 0, 100_000)
         check_int(self, "task_cue_tokens", self.task_cue_tokens, 1, 10_000)
         check_int(self, "task_answer_tokens", self.task_answer_tokens, 1, 10_000)
@@ -151,6 +156,7 @@ class QualitySpec:
         "TOP_K": "top_k",
         "PPL_WINDOWS": "ppl_windows",
         "PPL_WINDOW_TOKENS": "ppl_window_tokens",
+        "PPL_SCORED_TOKENS": "ppl_scored_tokens",
         "TASK_ITEMS": "task_items",
         "TASK_CONTEXT_TOKENS": "task_context_tokens",
         "TASK_CUE_TOKENS": "task_cue_tokens",

@@ -45,6 +45,7 @@ from fp8lab.quality.tables import (
     greedy_table,
     ppl_by_label,
     ppl_table,
+    scoring_check,
     summary_table,
     task_table,
     teacher_table,
@@ -103,6 +104,7 @@ class Results:
             "ppl": ppl,
             "ppl_by_label": ppl_by_label(ppl),
             "task": task,
+            "scoring_check": scoring_check(runs),
         }
         if self.capture is not None:
             rt = roundtrip_table(
@@ -125,7 +127,8 @@ class Results:
 
     def tables(self) -> dict[str, Any]:
         """``status`` (one row per engine), ``greedy``, ``top3`` (per config and category), ``teacher``,
-        ``by_position``, ``topk_curve``, ``ppl``, ``ppl_by_label``, ``task``; with a capture ``roundtrip``,
+        ``by_position``, ``topk_curve``, ``ppl``, ``ppl_by_label``, ``task``, ``scoring_check`` (does the
+        through-the-cache scoring see each candidate's quantization: :func:`scoring_check`); with a capture ``roundtrip``,
         ``roundtrip_summary``, ``roundtrip_points``, ``attention``, ``engine_roundtrip``; ``emulation`` (emulated vs
         native, empty where not compared) and ``summary`` (one row per KV config, :func:`summary_table`)."""
         return dict(self._tables)
@@ -145,6 +148,7 @@ class Results:
             t.get("attention"),
             self._verdicts,
             t.get("engine_roundtrip"),
+            t.get("scoring_check"),
         )
         values.update(fp8emu.summary_values(self.emulation))
         values.update(engine_rounding=self.spec.engine_rounding, engine_quantizes_q=self.spec.engine_quantizes_q)
@@ -153,7 +157,7 @@ class Results:
     def rows(self) -> list[dict[str, Any]]:
         """The typed summary rows (:func:`~fp8lab.quality.summary.summary_rows`) the notebook records beside it."""
         t = self._tables
-        return summary_rows(self.runs, t["summary"], t["top3"], t["greedy"])
+        return summary_rows(self.runs, t["summary"], t["top3"], t["greedy"], scoring=t.get("scoring_check"))
 
     def verdict(self) -> tuple[Verdict, ...]:
         """One verdict per candidate KV config (the module docstring says what the words, ``n`` and ``detectable``

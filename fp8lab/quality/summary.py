@@ -24,6 +24,7 @@ def headline(
     attn: pd.DataFrame | None = None,
     verdicts: Mapping[str, Mapping[str, Any]] | None = None,
     engine_rt: pd.DataFrame | None = None,
+    scoring: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The flat ``{key: number}`` dict a notebook passes to ``report.record_summary``.
 
@@ -32,7 +33,11 @@ def headline(
     ``delta_ppl_pct``, ``task_acc``, ``verdict``...); ``auto.rerun_*`` (noise floor, auto vs the
     reference run); ``roundtrip.<tensor>.<format>.<rounding>.scale_<s>.rel_err``;
     ``attn_sim.<format>.<rounding>.<q|noq>.out_rel_err``; ``<label>.kv_roundtrip.<K|V>.rel_err`` (the
-    round trip this engine applies, from :func:`engine_roundtrip`).
+    round trip this engine applies, from :func:`engine_roundtrip`); ``scoring_method`` and, per candidate,
+    ``<label>.scoring_check.<cache|one_pass>.<frac_differ|max_abs_dlogprob|mean_abs_dlogprob|positions>``,
+    ``<label>.scoring_check.gap_max_abs_dlogprob`` and ``<label>.attention_backend`` (:func:`scoring_check`).
+    ``tf_*``, ``ppl``, ``delta_ppl*`` and ``task_tf_acc`` are scored through the KV cache; ``tf_top1_one_pass``,
+    ``ppl_one_pass`` and ``delta_ppl_pct_one_pass`` are the one-pass twins (a per-backend check, no verdict).
     """
     out: dict[str, Any] = {
         "baseline": BASELINE,
@@ -42,6 +47,7 @@ def headline(
         "gen_tokens": runs.spec.gen_tokens,
         "report_threshold": REPORT_THRESHOLD,
         "model": Path(runs.spec.model).name,
+        "scoring_method": "through the KV cache (forced decode, fp8lab.scoring)",
     }
     if runs.notes:
         out["not_measured"] = " ".join(runs.notes)
@@ -64,6 +70,9 @@ def headline(
         "delta_task_tf_acc",
         "task_answer_logprob",
         "delta_task_answer_logprob",
+        "tf_top1_one_pass",
+        "ppl_one_pass",
+        "delta_ppl_pct_one_pass",
     ]
     for lab, r in summary.iterrows():
         out[f"{lab}.status"] = r.status
@@ -92,6 +101,14 @@ def headline(
         for _, r in engine_rt.iterrows():
             out[f"{r.label}.kv_roundtrip.{r.tensor}.rel_err"] = float(r.rel_err)
             out[f"{r.label}.kv_roundtrip.{r.tensor}.mag_bias"] = float(r.mag_bias)
+    for r in [] if scoring is None else scoring.to_dict("records"):
+        out[f"{r['label']}.attention_backend"] = r.get("attention_backend") or "unknown"
+        for k in ("positions", "frac_differ", "max_abs_dlogprob", "mean_abs_dlogprob"):
+            if r.get(k) == r.get(k):
+                out[f"{r['label']}.scoring_check.{r['method']}.{k}"] = float(r[k])
+        if r["method"] == "cache" and r.get("gap_max_abs_dlogprob") == r.get("gap_max_abs_dlogprob"):
+            out[f"{r['label']}.scoring_check.gap_max_abs_dlogprob"] = float(r["gap_max_abs_dlogprob"])
+            out[f"{r['label']}.scoring_check.gap_frac_differ"] = float(r["gap_frac_differ"])
     for lab, v in (verdicts or {}).items():
         out[f"{lab}.verdict"] = v["level"]
         out[f"{lab}.report_protocol"] = v["report_protocol"]
@@ -99,7 +116,12 @@ def headline(
 
 
 def summary_rows(
-    runs: QualityRuns, summary: pd.DataFrame, top3_cat: pd.DataFrame, greedy: pd.DataFrame, study: str = "quality"
+    runs: QualityRuns,
+    summary: pd.DataFrame,
+    top3_cat: pd.DataFrame,
+    greedy: pd.DataFrame,
+    study: str = "quality",
+    scoring: pd.DataFrame | None = None,
 ) -> list[dict[str, Any]]:
     """The study's typed summary rows (:mod:`fp8lab.summary_table`), from its own tables: per KV config that ran
     (``setting`` its label: the dtype, or ``fp8+<scale set>``) the top-3 match over all prompts with its bootstrap
@@ -107,7 +129,10 @@ def summary_rows(
     divergence, agreement, teacher-forced top-1 and KL, perplexity and the copy task's accuracy; per candidate the
     perplexity change (% paired by window) and the accuracy change (difference paired by item) against the baseline,
     each with its CI. ``n`` counts prompts, windows or items. Non-finite values give no row. ``study``: the study
-    the rows belong to (Study 02 measures its scale sets with these runs)."""
+    the rows belong to (Study 02 measures its scale sets with these runs). Teacher-forced and perplexity rows are
+    scored through the KV cache; ``tf_top1_one_pass`` / ``ppl_one_pass`` (change, %) are the one-pass twins, and
+    ``scoring_frac_differ`` / ``scoring_max_abs_dlogprob`` (``subset`` the method, ``n`` the positions; from
+    ``scoring``, :func:`~fp8lab.quality.tables.scoring_check`) show whether each method saw the quantization."""
     from fp8lab import summary_table as st
 
     model = Path(runs.spec.model).name
@@ -155,8 +180,32 @@ def summary_rows(
             add(**common, metric="ppl", value=r.get("ppl"), n=n_windows, unit="1")
         if n_items:
             add(**common, metric="task_acc", value=r.get("task_acc"), ci=r.get("task_ci"), n=n_items, unit="fraction")
+        add(**common, metric="tf_top1_one_pass", value=r.get("tf_top1_one_pass"), n=n_prompts, unit="fraction")
         if lab == BASELINE:
             continue
+        if n_windows:
+            add(
+                **common,
+                metric="ppl_one_pass",
+                baseline=BASELINE,
+                value=r.get("delta_ppl_pct_one_pass"),
+                n=n_windows,
+                unit="%",
+            )
+        for c in [] if scoring is None or not len(scoring) else scoring[scoring.label == lab].to_dict("records"):
+            for metric, col, unit in (
+                ("scoring_frac_differ", "frac_differ", "fraction"),
+                ("scoring_max_abs_dlogprob", "max_abs_dlogprob", "nats"),
+            ):
+                add(
+                    **common,
+                    metric=metric,
+                    subset=c["method"],
+                    baseline=BASELINE,
+                    value=c.get(col),
+                    n=int(c.get("positions") or 0),
+                    unit=unit,
+                )
         if n_windows:
             add(
                 **common,

@@ -23,7 +23,11 @@ from fp8lab.quality.metrics import (
 )
 from fp8lab.quality.run import QualityRuns
 from fp8lab.quality.spec import BASELINE, REPORT_N_TOKENS, REPORT_THRESHOLD
+from fp8lab.scoring import cache_check, sequence_logprobs
 from fp8lab.stats import bootstrap_ci, bootstrap_mean_ci
+
+#: Phases scored through the KV cache (the verdicts) and their one-pass twins (a secondary column, fp8lab.scoring).
+ONE_PASS = {"teacher": "teacher_one_pass", "ppl": "ppl_one_pass"}
 
 
 def greedy_table(runs: QualityRuns) -> pd.DataFrame:
@@ -68,15 +72,18 @@ def top3_by_category(greedy: pd.DataFrame, threshold: float = REPORT_THRESHOLD) 
     return per
 
 
-def teacher_table(runs: QualityRuns) -> pd.DataFrame:
-    """One row per (candidate label, prompt, position >= 1) of the teacher-forced sequences.
+def teacher_table(runs: QualityRuns, phase: str = "teacher") -> pd.DataFrame:
+    """One row per (candidate label, prompt, scored position >= 1) of the teacher-forced sequences.
 
-    ``segment``: ``prompt`` or ``continuation`` (the baseline's greedy tokens); ``top{k}``: top-k
+    ``phase``: ``teacher`` (through the KV cache: the continuation positions) or ``teacher_one_pass`` (one prefill:
+    every position). ``segment``: ``prompt`` or ``continuation`` (the baseline's greedy tokens); ``top{k}``: top-k
     overlap with the baseline for k = 1..top_k; ``abs_dlogprob``: |delta logprob| of the actual token
     (nats); ``kl``: :func:`kl_topk` lower bound of KL(P_auto || P_candidate) (nats).
     """
     k_max = runs.spec.top_k
-    base = runs.records(BASELINE, "teacher")
+    base = runs.records(BASELINE, phase)
+    if not len(base):
+        return pd.DataFrame()
     plen = dict(zip(runs.prompts.id, runs.prompts.n_tokens, strict=True))
     conts = runs.reference_outputs()
     seqs = {pid: list(ids) + conts[pid] for pid, ids in zip(runs.prompts.id, runs.prompts.token_ids, strict=True)}
@@ -84,13 +91,13 @@ def teacher_table(runs: QualityRuns) -> pd.DataFrame:
     for lab in runs.ok_labels:
         if lab == BASELINE:
             continue
-        rec = runs.records(lab, "teacher")
+        rec = runs.records(lab, phase)
         for pid, cat in zip(runs.prompts.id, runs.prompts.category, strict=True):
-            b, c = base.loc[pid], rec.loc[pid]
-            bl, cl = list(b.prompt_token_logprobs), list(c.prompt_token_logprobs)
-            bi, ci = list(b.prompt_topk_ids), list(c.prompt_topk_ids)
-            blp, clp = list(b.prompt_topk_logprobs), list(c.prompt_topk_logprobs)
+            bl, bi, blp = sequence_logprobs(base.loc[pid])
+            cl, ci, clp = sequence_logprobs(rec.loc[pid])
             for pos in range(1, len(bl)):
+                if not (math.isfinite(bl[pos]) and math.isfinite(cl[pos])):
+                    continue  # a position this method does not score (a forced request's prompt)
                 p = dict(zip(_ids(bi[pos]), map(float, blp[pos]), strict=True))
                 q = dict(zip(_ids(ci[pos]), map(float, clp[pos]), strict=True))
                 tok = seqs[pid][pos]  # the actual token: both engines return its logprob, in the top-k or not
@@ -135,13 +142,15 @@ def topk_curve(teacher: pd.DataFrame, segment: str | None = "continuation") -> p
     return long
 
 
-def ppl_table(runs: QualityRuns) -> pd.DataFrame:
-    """One row per (label, window): ``n_tokens`` scored (all but the first), ``nll`` (nats, summed), ``ppl``."""
+def ppl_table(runs: QualityRuns, phase: str = "ppl") -> pd.DataFrame:
+    """One row per (label, window): ``n_tokens`` scored, ``nll`` (nats, summed), ``ppl``. ``phase``: ``ppl``
+    (through the KV cache: the window's forced tokens, ``ppl_scored_tokens``) or ``ppl_one_pass`` (one prefill:
+    all but the first)."""
     rows = []
     for lab in runs.ok_labels:
-        rec = runs.records(lab, "ppl")
-        for tag, lps in zip(rec.index, rec.prompt_token_logprobs, strict=True):
-            a = np.asarray(list(lps), dtype=float)
+        rec = runs.records(lab, phase)
+        for tag in rec.index:
+            a = np.asarray(sequence_logprobs(rec.loc[tag])[0], dtype=float)
             a = a[np.isfinite(a)]
             rows.append({"label": lab, "window": tag, "n_tokens": a.size, "nll": float(-a.sum()), "ppl": perplexity(a)})
     return pd.DataFrame(rows)
@@ -169,8 +178,9 @@ def task_table(runs: QualityRuns) -> pd.DataFrame:
             row = {"label": lab, "item": it.tag, "depth": it.depth, "token_acc": acc, "exact": acc == 1.0}
             if len(tf):
                 n = len(it.prompt)
-                lps = np.asarray(list(tf.prompt_token_logprobs[it.tag])[n:], dtype=float)
-                top1 = [_ids(t)[:1] for t in list(tf.prompt_topk_ids[it.tag])[n:]]
+                seq_lps, seq_ids, _ = sequence_logprobs(tf.loc[it.tag])
+                lps = np.asarray(seq_lps[n:], dtype=float)
+                top1 = [_ids(t)[:1] for t in seq_ids[n:]]
                 row["tf_acc"] = float(np.mean([t == [a] for t, a in zip(top1, it.answer, strict=True)]))
                 row["answer_logprob"] = float(lps.mean())
             rows.append(row)
@@ -249,4 +259,64 @@ def summary_table(
     for col in ("task_acc", "task_tf_acc", "task_answer_logprob"):
         if col in df:
             df[f"delta_{col}"] = df[col] - df[col].get(BASELINE, float("nan"))
+    _add_one_pass(runs, df)
     return df
+
+
+def _add_one_pass(runs: QualityRuns, df: pd.DataFrame) -> None:
+    """The secondary, one-pass columns (``tf_top1_one_pass``, ``ppl_one_pass``, ``delta_ppl_pct_one_pass``): the same
+    measures scored in one prefill, where a run has those phases. Verdicts never read them."""
+    t1 = teacher_table(runs, ONE_PASS["teacher"])
+    if len(t1):
+        c = t1[t1.segment == "continuation"]
+        df["tf_top1_one_pass"] = c.groupby("label").top1.mean().reindex(df.index)
+    p1 = ppl_table(runs, ONE_PASS["ppl"])
+    if len(p1):
+        g = p1.groupby("label")[["nll", "n_tokens"]].sum()
+        df["ppl_one_pass"] = np.exp(g.nll / g.n_tokens).reindex(df.index)
+        base = df["ppl_one_pass"].get(BASELINE, float("nan"))
+        df["delta_ppl_pct_one_pass"] = 100 * (df.ppl_one_pass / base - 1)
+
+
+def _aligned(runs: QualityRuns, label: str, phase: str) -> np.ndarray:
+    """A label's actual-token logprobs over every request of ``phase`` (tags sorted), aligned with the scored
+    sequences (NaN where nothing was scored), so both methods and every engine line up position by position."""
+    rec = runs.records(label, phase)
+    if not len(rec):
+        return np.asarray([], dtype=float)
+    return np.concatenate([np.asarray(sequence_logprobs(rec.loc[t])[0], dtype=float) for t in sorted(rec.index)])
+
+
+def scoring_check(runs: QualityRuns, phases: Sequence[str] = ("teacher", "ppl")) -> pd.DataFrame:
+    """Does the scoring see the KV quantization? One row per (candidate, method): ``method`` ``cache`` (the
+    verdicts' scoring, :mod:`fp8lab.scoring`) or ``one_pass``; over the positions of ``phases`` that both the
+    candidate and ``auto`` scored, ``positions``, ``max_abs_dlogprob`` / ``mean_abs_dlogprob`` (nats) and
+    ``frac_differ`` (share of positions whose logprob differs from ``auto``'s): a quantized engine whose scores
+    equal ``auto``'s everywhere was scored over unquantized K/V. ``gap_*`` (method ``cache`` rows): the same
+    engine's one-pass scores against its through-the-cache ones (0 where the one-pass prefill also read the cache).
+    ``attention_backend`` the engine used, ``fp8_emulation`` the emulated format (None: native)."""
+    rows = []
+    for lab in runs.ok_labels:
+        if lab == BASELINE:
+            continue
+        res = runs.results[lab]
+        base = {
+            "label": lab,
+            "attention_backend": (res.engine or {}).get("attention_backend"),
+            "fp8_emulation": res.extra.get("emulated"),
+        }
+        vec = {}
+        for method in ("cache", "one_pass"):
+            names = [p if method == "cache" else ONE_PASS.get(p, "") for p in phases]
+            a = np.concatenate([_aligned(runs, BASELINE, n) for n in names])
+            c = np.concatenate([_aligned(runs, lab, n) for n in names])
+            vec[method] = c
+            if not a.size or a.size != c.size:
+                continue
+            rows.append({**base, "method": method, **cache_check(a, c)})
+        if vec["cache"].size and vec["cache"].size == vec["one_pass"].size:
+            gap = cache_check(vec["cache"], vec["one_pass"])
+            for r in rows:
+                if r["label"] == lab and r["method"] == "cache":
+                    r.update({f"gap_{k}": v for k, v in gap.items() if k != "positions"})
+    return pd.DataFrame(rows)

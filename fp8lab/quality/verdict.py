@@ -97,13 +97,20 @@ def verdict(
                 f"greedy texts first diverge at token {_f(g('first_div_median'), '.0f')} (median; "
                 f"{_f(100 * g('never_diverged'), '.0f')}% never)"
             )
+        op = r.get("delta_ppl_pct_one_pass")
+        one_pass = (
+            f"; scored in one prefill instead: Δppl {op:+.2f}%, top-1 {_f(r.get('tf_top1_one_pass'))}"
+            if op is not None and op == op
+            else ""
+        )
         text = (
             f"**{lab}** (`{r.kv_cache_dtype}`): reports' top-3 match {_f(g('top3_match'), '.2f')} "
             f"({'≥' if rp == 'pass' else '<'} {threshold}: the reports' protocol would call it a "
             f"{'pass' if rp == 'pass' else 'failed calibration'}); {div}. "
-            f"Teacher-forced: top-1 agreement {_f(top1)}, mean |Δlogprob| {_f(g('tf_abs_dlogprob'), '.4f')} nats, "
-            f"KL ≥ {_f(g('tf_kl'), '.2e')} nats/token. Perplexity {_f(g('ppl'), '.3f')} "
-            f"({'+' if dppl >= 0 else ''}{_f(dppl, '.2f')}%{_ci(ppl_ci, '.2f')}). Copy task: greedy accuracy "
+            f"Teacher-forced through the KV cache: top-1 agreement {_f(top1)}, mean |Δlogprob| "
+            f"{_f(g('tf_abs_dlogprob'), '.4f')} nats, KL ≥ {_f(g('tf_kl'), '.2e')} nats/token. Perplexity "
+            f"{_f(g('ppl'), '.3f')} ({'+' if dppl >= 0 else ''}{_f(dppl, '.2f')}%{_ci(ppl_ci, '.2f')}){one_pass}. "
+            f"Copy task: greedy accuracy "
             f"{_f(g('task_acc'))} (Δ {_f(dtask, '+.3f')}{_ci(task_ci, '+.3f')}), teacher-forced accuracy "
             f"{_f(g('task_tf_acc'))} (Δ {_f(g('delta_task_tf_acc'), '+.3f')}), answer logprob Δ "
             f"{_f(g('delta_task_answer_logprob'), '+.4f')} nats{_ci(g('delta_task_answer_logprob_ci'), '+.4f')}. "

@@ -446,6 +446,17 @@ def _fake_runner(plan: lc.LongCtxPlan, fp8_faster_from: int = 4096, device_kv_gi
                         prompt_topk_ids=[[]] + [[r.prompt_token_ids[j], 1] for j in range(1, n)],
                         prompt_topk_logprobs=[[]] + [[-1.0 - noise, -2.0]] * (n - 1),
                     )
+                if r.forced_token_ids is not None:  # scored through the cache: the forced tokens, their scores
+                    m = len(r.forced_token_ids)
+                    noise = 0.0 if spec.kv_cache_dtype == "auto" else 0.01
+                    row.update(
+                        output_token_ids=list(r.forced_token_ids),
+                        forced_token_ids=list(r.forced_token_ids),
+                        forced_ok=True,
+                        output_token_logprobs=[-1.0 - noise] * m,
+                        output_topk_ids=[[t, 1] for t in r.forced_token_ids],
+                        output_topk_logprobs=[[-1.0 - noise, -2.0]] * m,
+                    )
                 rows.append(row)
             conc = len(p.requests) if p.concurrency and p.concurrency > 1 else 1
             L = max(r.prompt_len + r.max_tokens for r in p.requests)
