@@ -157,6 +157,15 @@ def _deadline() -> float | None:
     return v if v > 0 else None
 
 
+def _set_estimate(took: dict[int, float], n: int) -> float | None:
+    """Seconds a set of ``n`` engines will take: the least of the last such set's time and ``n`` x the cheapest
+    per-engine time seen (the first set pays the host's one-off compile; a later one does not); None: no set yet."""
+    if not took:
+        return None
+    per_engine = min(t / k for k, t in took.items()) * n
+    return min(took.get(n, per_engine), per_engine)
+
+
 def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir: str, log_path: str) -> None:
     """Run the plan's engine sets (``plan["sets"]``: ``{arm, round, configs}`` in start order, every config's engine
     alive together; :mod:`fp8lab.engine_schedule`), each engine measuring every point ``reps`` times; ``specs``:
@@ -186,13 +195,14 @@ def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir:
     save()
     deadline = _deadline()
     took: dict[int, float] = {}  # engines alive together -> seconds the last such set took
-    for es in plan["sets"]:
+    for i, es in enumerate(plan["sets"]):
         arm, rnd, configs = es["arm"], int(es["round"]), list(es["configs"])
-        need = took.get(len(configs))
+        need = _set_estimate(took, len(configs))
         if deadline is not None and need is not None and time.time() + need > deadline:
-            engines["deferred"].append({"arm": arm, "round": rnd, "configs": configs, "needs_s": need})
+            # this set and every later one wait for the next call, in schedule order (ABBA stays ABBA)
+            engines["deferred"] = [{**s, "needs_s": need} for s in plan["sets"][i:]]
             save()
-            continue
+            break
         t_set = time.time()
         live: dict[str, Any] = {}
         ids: dict[str, str] = {}

@@ -26,7 +26,15 @@ from typing import Any
 from fp8lab.decode.run import DecodeRun, find_run, run_decode, store_bandwidth
 from fp8lab.decode.spec import DecodeSpec, plan
 from fp8lab.decode.summary import summary, summary_rows
-from fp8lab.decode.tables import ANCHORS, capacity_table, crossover_table, fit_table, point_table, roofline_table
+from fp8lab.decode.tables import (
+    ANCHORS,
+    arm_table,
+    capacity_table,
+    crossover_table,
+    fit_table,
+    point_table,
+    roofline_table,
+)
 from fp8lab.decode.verdict import verdict
 from fp8lab.errors import SpecError
 from fp8lab.specs import check_float
@@ -95,6 +103,10 @@ class DecodeStudySpec:
                 gpu_groups=p["GPU_GROUPS"],
                 env=p["ENV"],
                 engine_args=p["ENGINE_ARGS"],
+                engines=p["ENGINES"],
+                arms=p["ARMS"],
+                solo_gpu_memory_utilization=p["SOLO_GPU_MEMORY_UTILIZATION"],
+                solo_kv_cache_gib=p["SOLO_KV_CACHE_GIB"],
             )
             return cls(decode, bandwidth_gbs=p["BANDWIDTH_GBS"], records=p["RECORDS"])
         except KeyError as e:
@@ -128,6 +140,7 @@ class Results:
             "points": point_table(run),
             "fits": fit_table(run),
             "crossovers": crossover_table(run),
+            "colocation": arm_table(run),
             "roofline": roofline_table(run, self.bandwidth["bandwidth_gbs"]),
             "anchors": pd.DataFrame(ANCHORS),
         }
@@ -135,7 +148,8 @@ class Results:
     def tables(self) -> dict[str, Any]:
         """``grid`` (the points and why any is left out), ``capacity`` (KV blocks against the formula), ``points``
         (per batch and context: both dtypes' steps, the paired ratio), ``fits`` (per dtype and batch, step against
-        context), ``crossovers`` (per batch), ``roofline`` (the bandwidth bound's fraction) and ``anchors`` (the
+        context), ``crossovers`` (per batch; per arm in a replicated run), ``colocation`` (co-located against solo: the fixed
+        cost's difference per round, issue 35; empty unless both arms ran), ``roofline`` (the bandwidth bound's fraction) and ``anchors`` (the
         published fits, with their setting)."""
         return dict(self._tables)
 

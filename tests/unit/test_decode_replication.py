@@ -47,7 +47,8 @@ def test_solo_engines_start_abba_and_colocated_pairs_alternate():
 
 
 @pytest.mark.parametrize(
-    "configs, rounds, arms", [(["a", "a"], 3, ["solo"]), (["a"], 0, ["solo"]), (["a"], 1, ["nearby"]), ([], 1, ["solo"])]
+    "configs, rounds, arms",
+    [(["a", "a"], 3, ["solo"]), (["a"], 0, ["solo"]), (["a"], 1, ["nearby"]), ([], 1, ["solo"])],
 )
 def test_schedule_refuses_what_it_cannot_order(configs, rounds, arms):
     with pytest.raises(ValueError):
@@ -82,7 +83,14 @@ def test_point_interval_is_over_engines_and_widens_where_engines_dominate():
     """Engines differ by a few percent, repetitions by 0.01%: the interval is the t interval of the three pairs' log
     ratios (hand-computed), tens of times wider than the one the repetitions would claim, and it holds the true
     ratio 1 that the repetition-level interval excludes."""
-    offs = {(0, "auto"): 1.00, (0, "fp8"): 1.04, (1, "auto"): 1.02, (1, "fp8"): 0.99, (2, "auto"): 0.98, (2, "fp8"): 1.00}
+    offs = {
+        (0, "auto"): 1.00,
+        (0, "fp8"): 1.04,
+        (1, "auto"): 1.02,
+        (1, "fp8"): 0.99,
+        (2, "auto"): 0.98,
+        (2, "fp8"): 1.00,
+    }
     lines = {k: (5.0 * o, 0.0) for k, o in offs.items()}
     m = _rows(lines, noise=1e-4, ctx=(4096,))
     p = rp.point_table(m, "solo").iloc[0]
@@ -162,8 +170,10 @@ def test_crossover_none_below_and_unresolved():
     assert below["status"] == "below_grid" and below["context_len"] is None
     assert below["interval_text"].startswith("fp8 faster at every measured context")
     none = rp.crossover(np.array([0.05, 0.06, 0.07]), -db, 4096, 20480, 10.0)
-    assert none["status"] == "none" and none["context_len"] is None and "never within the measured range" in (
-        none["interval_text"]
+    assert (
+        none["status"] == "none"
+        and none["context_len"] is None
+        and "never within the measured range" in (none["interval_text"])
     )
     lead = rp.crossover(np.array([-0.05, -0.06, -0.07]), -db / 100, 4096, 20480, 10.0)
     assert lead["status"] == "none" and lead["interval_text"].startswith("none: fp8 faster at every measured")
@@ -203,3 +213,60 @@ def test_colocation_effect_is_paired_by_round():
     assert e.loc["fp8-auto", "effect_us_per_layer"] == pytest.approx(x.mean() * 1e3 / 36)
     assert e.loc["fp8-auto", "resolved"] and e.loc["fp8-auto", "n_rounds"] == 3
     assert e.loc["auto", "effect_ms"] == pytest.approx(0.0, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ resuming a run
+def _spec():
+    from fp8lab import decode
+
+    return decode.DecodeSpec(
+        model="data/models/fp8lab-tiny-qwen3",
+        contexts=[128, 256, 512],
+        batches=[1],
+        reps=2,
+        engines=3,
+        arms=["colocated", "solo"],
+        kv_cache_gib=0.25,
+        enforce_eager=True,
+        max_model_len=2048,
+        max_num_batched_tokens=2048,
+    )
+
+
+def _engine_rows(engine: str, uid: str, points, reps, group="g0"):
+    arm, rnd, d = engine.split("/")
+    return [
+        {"group": group, "arm": arm, "round": int(rnd[1:]), "kv_dtype": d, "engine": engine, "engine_uid": uid}
+        | {"batch": b, "context_len": c, "rep": r, "step_s": 0.001 * (1 + r), "full_batch": True}
+        for b, c in points
+        for r in range(reps)
+    ]
+
+
+def test_a_resumed_run_redoes_unfinished_sets_whole_and_keeps_the_complete_attempt(tmp_path):
+    from fp8lab.decode import run as drun
+
+    spec = _spec()
+    pts = [(1, 128), (1, 256), (1, 512)]
+    rows = _engine_rows("colocated/r0/auto", "colocated/r0/auto#1", pts, 2)
+    rows += _engine_rows("colocated/r0/fp8", "colocated/r0/fp8#1", pts, 2)
+    rows += _engine_rows("solo/r0/auto", "solo/r0/auto#1", pts, 2)
+    rows += _engine_rows("solo/r0/fp8", "solo/r0/fp8#1", pts[:2], 2)  # cut short by the call's end
+    todo = [s.key for s in drun.sets_to_run(spec, rows, "g0", pts)]
+    assert todo == [s.key for s in spec.schedule()][2:]  # the co-located pair and solo auto are done
+    assert drun.sets_to_run(spec, rows, "g0", pts, failed={"solo/r0/fp8"})[0].key == "solo/r1/fp8"
+    # the fresh attempt of solo/r0/fp8 measures everything: it is the one used, the half attempt stays in the store
+    rows += _engine_rows("solo/r0/fp8", "solo/r0/fp8#2", pts, 2)
+    run = drun.DecodeRun(tmp_path, {"spec": spec.descriptor()["spec"]}, pd.DataFrame(rows), {}, {}, False)
+    m = run.measured()
+    assert set(m[m.engine == "solo/r0/fp8"].engine_uid) == {"solo/r0/fp8#2"} and len(m) == 4 * 6
+    assert run.replicated and m.step_ms.max() == pytest.approx(2.0)
+
+
+def test_the_next_set_waits_when_the_cheapest_engine_time_says_it_would_not_finish():
+    from fp8lab.decode_worker import _set_estimate
+
+    assert _set_estimate({}, 2) is None
+    # the first (co-located) set paid a 144 s compile; a solo set took 60 s: the next pair needs about 120 s
+    assert _set_estimate({2: 220.0, 1: 60.0}, 2) == pytest.approx(120.0)
+    assert _set_estimate({2: 220.0}, 1) == pytest.approx(110.0)
