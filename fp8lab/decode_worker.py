@@ -157,6 +157,21 @@ def _deadline() -> float | None:
     return v if v > 0 else None
 
 
+def _wait_released(probe: Any, baseline: int | None, timeout_s: float = 60.0) -> float:
+    """After a set's engines stop, wait (GPU only) until device memory is back within 1 GiB of ``baseline`` (what
+    was used before the first engine), so the next engine's memory check (a solo engine asks for 0.9 of the device)
+    does not meet the last one's leftovers. Returns the seconds waited."""
+    t0 = time.time()
+    if probe.kind != "gpu" or baseline is None:
+        return 0.0
+    while time.time() - t0 < timeout_s:
+        used = probe.used_bytes()
+        if used is None or used <= baseline + 2**30:
+            break
+        time.sleep(0.5)
+    return time.time() - t0
+
+
 def _set_estimate(took: dict[int, float], n: int) -> float | None:
     """Seconds a set of ``n`` engines will take: the least of the last such set's time and ``n`` x the cheapest
     per-engine time seen (the first set pays the host's one-off compile; a later one does not); None: no set yet."""
@@ -194,6 +209,10 @@ def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir:
 
     save()
     deadline = _deadline()
+    probe = devices.MemoryProbe(
+        tensor_parallel_size=next(iter(next(iter(specs.values())).values()))["tensor_parallel_size"]
+    )
+    baseline = probe.used_bytes()
     took: dict[int, float] = {}  # engines alive together -> seconds the last such set took
     for i, es in enumerate(plan["sets"]):
         arm, rnd, configs = es["arm"], int(es["round"]), list(es["configs"])
@@ -267,10 +286,11 @@ def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir:
             for llm in live.values():
                 _stop(llm)
             live.clear()
+            waited = _wait_released(probe, baseline)
             took[len(configs)] = time.time() - t_set
             for d in configs:
                 if f"{arm}/r{rnd}/{d}" in engines["engines"]:
-                    engines["engines"][f"{arm}/r{rnd}/{d}"]["set_s"] = took[len(configs)]
+                    engines["engines"][f"{arm}/r{rnd}/{d}"].update(set_s=took[len(configs)], release_wait_s=waited)
             save()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -270,3 +270,24 @@ def test_the_next_set_waits_when_the_cheapest_engine_time_says_it_would_not_fini
     # the first (co-located) set paid a 144 s compile; a solo set took 60 s: the next pair needs about 120 s
     assert _set_estimate({2: 220.0, 1: 60.0}, 2) == pytest.approx(120.0)
     assert _set_estimate({2: 220.0}, 1) == pytest.approx(110.0)
+
+
+def test_the_next_engine_waits_for_the_last_ones_device_memory():
+    from fp8lab.decode_worker import _wait_released
+
+    class Probe:  # NVML's used bytes falling as the stopped engine's process exits
+        kind = "gpu"
+
+        def __init__(self, seq):
+            self.seq = list(seq)
+
+        def used_bytes(self):
+            return self.seq.pop(0) if len(self.seq) > 1 else self.seq[0]
+
+    gib = 2**30
+    p = Probe([80 * gib, 40 * gib, gib // 2])
+    assert 0.9 <= _wait_released(p, baseline=0) < 5 and p.seq == [gib // 2]
+    assert _wait_released(Probe([80 * gib]), baseline=0, timeout_s=0.6) >= 0.6  # gives up, the start will say why
+    cpu = Probe([80 * gib])
+    cpu.kind = "cpu_rss"
+    assert _wait_released(cpu, baseline=0) == 0.0
