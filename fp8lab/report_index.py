@@ -452,7 +452,7 @@ def _rows_06_engines(
 
     def ci(r: Mapping[str, Any], digits: int) -> str:
         if r["ci_low"] is None:
-            return "interval reaches outside the measured contexts" if r["unit"] == "tokens" else "no interval"
+            return "no 95% interval within the measured contexts" if r["unit"] == "tokens" else "no interval"
         return f"95% CI {fmt_number(r['ci_low'], digits)} to {fmt_number(r['ci_high'], digits)}"
 
     for r in rows:

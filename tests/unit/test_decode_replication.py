@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from fp8lab import kvmath
 from fp8lab.decode import replication as rp
 from fp8lab.engine_schedule import abba_schedule, start_order
 
@@ -291,3 +292,73 @@ def test_the_next_engine_waits_for_the_last_ones_device_memory():
     cpu = Probe([80 * gib])
     cpu.kind = "cpu_rss"
     assert _wait_released(cpu, baseline=0) == 0.0
+
+
+# ------------------------------------------------------------------------------------------------ summary and index
+def _replicated_run(tmp_path):
+    """A replicated run's store rows built from lines: fp8 +60 us of fixed cost (+90 co-located), 8 us per 1K tokens
+    cheaper; engines differ by a few us of fixed cost."""
+    from fp8lab.decode import run as drun
+
+    spec = _spec()
+    rows = []
+    for arm in ("colocated", "solo"):
+        for r in range(3):
+            off = [0.0, 0.004, -0.003][r]
+            for d, (a, b) in {"auto": (5.0, 4e-5), "fp8": (5.06 + (0.03 if arm == "colocated" else 0), 3.2e-5)}.items():
+                for c in spec.contexts:
+                    for rep in range(spec.reps):
+                        step = (a + off + b * c) * (1 + 1e-4 * (-1) ** rep)
+                        rows.append(
+                            {"group": "g0", "arm": arm, "round": r, "kv_dtype": d, "engine": f"{arm}/r{r}/{d}"}
+                            | {"engine_uid": f"{arm}/r{r}/{d}#1", "batch": 1, "context_len": c, "rep": rep}
+                            | {"step_s": step / 1e3, "full_batch": True}
+                        )
+    desc = {"study": "06_decode", "spec": spec.descriptor()["spec"]}
+    prov = {"device": "NVIDIA H200"}
+    blocks = {d: kvmath.predict_num_blocks(spec.model, 2**28, 128, d) for d in ("auto", "fp8")}  # 0.25 GiB of KV
+    starts = {
+        f"g0/{a}/r{r}/{d}": {"status": "ok", "arm": a, "round": r, "kv_dtype": d, "num_blocks": blocks[d]}
+        | {"block_size": 128, "engine_uid": f"{a}/r{r}/{d}#1"}
+        for a in ("colocated", "solo")
+        for r in range(3)
+        for d in ("auto", "fp8")
+    }
+    engines = {d: {"status": "ok"} for d in ("auto", "fp8")}
+    return drun.DecodeRun(tmp_path, desc, pd.DataFrame(rows), engines, prov, True, starts)
+
+
+def test_replicated_summary_rows_and_index(tmp_path):
+    from fp8lab import decode
+    from fp8lab import summary_table as st
+    from fp8lab.report_index import key_numbers
+
+    run = _replicated_run(tmp_path)
+    s = decode.summary(run, 4000.0)
+    assert s["replicated"] and s["primary_arm"] == "solo" and s["engines_per_dtype"] == 3
+    assert [p["n_engines"] for p in s["points"]] == [3, 3, 3] and {p["arm"] for p in s["points"]} == {"solo"}
+    fit = {(f["arm"], f["kv_dtype"]): f for f in s["fits"]}
+    assert fit["solo", "fp8-auto"]["a_ms"] == pytest.approx(0.06, abs=1e-4)
+    assert fit["colocated", "fp8-auto"]["a_ms"] == pytest.approx(0.09, abs=1e-4)
+    assert fit["solo", "fp8-auto"]["a_us_per_layer"] == pytest.approx(60 / 6, rel=2e-3)  # the shipped model: 6 layers
+    eff = {e["kv_dtype"]: e for e in s["arm_effect"]}
+    assert eff["fp8-auto"]["effect_ms"] == pytest.approx(0.03, abs=1e-4) and eff["fp8-auto"]["resolved"]
+    cross = {c["arm"]: c for c in s["crossovers"]}
+    assert (
+        cross["solo"]["context_len"] == pytest.approx(0.06 / 8e-6, rel=2e-3) and cross["solo"]["status"] == "above_grid"
+    )
+    rows = decode.summary_rows(run)
+    st.validate(rows)
+    metrics = {r["metric"] for r in rows}
+    assert metrics == {"decode_step_ms", "decode_step_ms_colocated", "decode_fixed_ms", "decode_crossover_tokens"} | {
+        "num_blocks",
+        "num_blocks_formula",
+    }
+    assert all(r["n"] == 3 for r in rows if r["metric"].startswith("decode"))
+    assert s["capacity_exact"] is True
+    idx = dict(key_numbers("06_decode_speed", s, rows))
+    assert idx["batch 1: fp8 − auto fixed cost per decode step (3 engine pairs)"].startswith("60")
+    assert idx["grid points (batch x context) measured by both dtypes"] == "3"  # the solo arm's, not both arms'
+    text = "\n".join(decode.verdict(s))
+    assert "3 fresh engines per dtype started in ABBA order" in text and "Co-location, batch 1" in text
+    assert "co-location changes it" in text
