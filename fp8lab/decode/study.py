@@ -12,8 +12,8 @@ nothing of its own)::
 
 The verdicts: the claims audit's own rules (:mod:`fp8lab.audit`) for the decode-speed claims this study is the
 evidence of (:data:`CLAIMS`), applied to this run alone, as the audit applies them to each report before it weighs
-the reports' settings (a CPU run is an analogue the audit never decides a GPU claim by). ``n``: the paired
-repetitions per point; ``detectable``: the rule's smallest detectable effect."""
+the reports' settings (a CPU run is an analogue the audit never decides a GPU claim by). ``n``: the engines per dtype
+(a replicated run, issue 35), else the paired repetitions per point; ``detectable``: the rule's smallest detectable effect."""
 
 from __future__ import annotations
 
@@ -174,7 +174,9 @@ class Results:
         from fp8lab import audit
 
         rep = audit.Report("this run", self.run.run_dir, {NAME: self._summary}, {}, {NAME: self._rows})
-        return audit.judge_run(rep, NAME[:2], CLAIMS, lambda c: int(self._summary["n_reps"]))
+        s = self._summary
+        n = int(s["engines_per_dtype"]) if s.get("replicated") else int(s["n_reps"])  # what the intervals are over
+        return audit.judge_run(rep, NAME[:2], CLAIMS, lambda c: n)
 
     def markdown(self) -> str:
         """:func:`fp8lab.decode.verdict.verdict`'s headline bullets as a Markdown list."""
