@@ -84,7 +84,7 @@ def point_table(m: Any, arm: str, base: str = "auto", other: str = "fp8") -> Any
 
     sub = m[m.arm == arm] if len(m) else m
     means = engine_means(sub)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (b, c), g in means.groupby(["batch", "context_len"]):
         w = _pairs(g, base, other)
         if w is None or len(w) < 2:
@@ -127,7 +127,7 @@ def engine_lines(m: Any) -> Any:
     import pandas as pd
 
     means = engine_means(m)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (arm, rnd, d, b), g in means.groupby([*ENGINE_KEY, "batch"]):
         if g.context_len.nunique() < 3:
             continue
@@ -140,7 +140,7 @@ def engine_lines(m: Any) -> Any:
 
 
 def _ci(values: Any, scale: float = 1.0) -> dict[str, Any]:
-    i = stats.t_interval(np.asarray(values, dtype=float) * scale)
+    i = stats.t_interval([float(v) * scale for v in values])
     ok = i.n > 1
     return {"value": i.estimate, "ci_low": i.lo if ok else None, "ci_high": i.hi if ok else None, "n": i.n}
 
@@ -153,7 +153,7 @@ def fit_table(m: Any, layers: int, base: str = "auto", other: str = "fp8") -> An
     import pandas as pd
 
     lines = engine_lines(m)
-    rows = []
+    rows: list[dict[str, Any]] = []
     if lines.empty:
         return pd.DataFrame(rows)
     diff = f"{other}-{base}"
@@ -254,7 +254,7 @@ def crossover_table(m: Any, arm: str, base: str = "auto", other: str = "fp8") ->
 
     sub = m[m.arm == arm] if len(m) else m
     lines = engine_lines(sub)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for b, g in lines.groupby("batch") if not lines.empty else []:
         pa, pb = _pairs(g, base, other, "a_ms"), _pairs(g, base, other, "b_ms_per_token")
         if pa is None or len(pa) < 1:
@@ -273,7 +273,7 @@ def arm_effect(m: Any, layers: int, base: str = "auto", other: str = "fp8") -> A
     import pandas as pd
 
     lines = engine_lines(m)
-    rows = []
+    rows: list[dict[str, Any]] = []
     if lines.empty or not {"colocated", "solo"} <= set(lines.arm):
         return pd.DataFrame(rows)
     w = lines.pivot_table(index=["batch", "round"], columns=["arm", "kv_dtype"], values="a_ms")
