@@ -439,7 +439,44 @@ def _rows_06(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str | None]]:
     if engines and all(f is not None for f in formula):  # a prediction missing from the rows: nothing to compare
         exact = all(f["value"] == r["value"] for r, f in zip(engines, formula, strict=True))  # type: ignore[index]
         out.append(("KV blocks as the formula predicts", fmt_number(exact)))
+    return out + _rows_06_engines(rows, pts, base, cand)
+
+
+def _rows_06_engines(
+    rows: Sequence[Mapping[str, Any]], pts: Sequence[Mapping[str, Any]], base: str, cand: str
+) -> list[tuple[str, str | None]]:
+    """An engine-replicated Study 06 (issue 35): in the headline arm (the setting of its point rows), each batch's
+    fp8 - auto fixed cost per step and crossover context with their intervals over engine pairs."""
+    setting = pts[0]["setting"] if pts else None
+    out: list[tuple[str, str | None]] = []
+
+    def ci(r: Mapping[str, Any], digits: int) -> str:
+        if r["ci_low"] is None:
+            return "no 95% interval within the measured contexts" if r["unit"] == "tokens" else "no interval"
+        return f"95% CI {fmt_number(r['ci_low'], digits)} to {fmt_number(r['ci_high'], digits)}"
+
+    for r in rows:
+        if r["setting"] != setting or r["kv_dtype"] != cand or r["baseline"] != base:
+            continue
+        if r["metric"] == "decode_fixed_ms":
+            out.append(
+                (
+                    f"batch {r['batch']}: {cand} − {base} fixed cost per decode step ({r['n']} engine pairs)",
+                    f"{fmt_number(r['value'] * 1e3, 3)} µs ({ci({**r, 'ci_low': _us(r['ci_low']), 'ci_high': _us(r['ci_high'])}, 3)})",
+                )
+            )
+        elif r["metric"] == "decode_crossover_tokens":
+            out.append(
+                (
+                    f"batch {r['batch']}: context where {cand}'s step equals {base}'s ({r['n']} engine pairs)",
+                    f"{fmt_number(r['value'], 4)} tokens ({ci(r, 4)})",
+                )
+            )
     return out
+
+
+def _us(ms: float | None) -> float | None:
+    return None if ms is None else ms * 1e3
 
 
 def _rows_07(rows: Sequence[Mapping[str, Any]], s: Mapping[str, Any]) -> list[tuple[str, str | None]]:

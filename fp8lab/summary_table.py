@@ -95,6 +95,9 @@ METRICS: Mapping[str, str] = {
     "preemptions": "preemptions summed over a point's trials",
     # decode (06)
     "decode_step_ms": "mean decode step of a point (change: the paired ratio of the steps, unit ratio)",
+    "decode_step_ms_colocated": "decode_step_ms in the co-located arm, beside the solo arm's (issue 35)",
+    "decode_fixed_ms": "fitted fixed cost of a decode step, per engine then over engines (change: paired difference)",
+    "decode_crossover_tokens": "context where the fitted fp8 and auto steps meet (interval over engine pairs)",
     # calibration (02): a scale set (setting) against the large calibration set's, per granularity (subset)
     "scale_abs_diff": "mean |scale - the large set's scale| over layers x heads x K, V",
     "scale_rel_diff": "mean |scale - the large set's scale| / the large set's scale over layers x heads x K, V",

@@ -11,6 +11,12 @@
 # FP8LAB_BUDGET_S (default 540) bounds the notebooks' run so the packing below still happens inside one
 # `run` call's 600 s; a notebook cut short leaves its finished engine runs in $FP8LAB_RUNS, and the same
 # command on the same warm host resumes from them (fp8lab.results skips finished runs).
+# Study 06's engine sets (issue 35) stop between sets at FP8LAB_DEADLINE = now + budget - FP8LAB_DEADLINE_MARGIN_S
+# (default 60 s: the notebook's tables, plots and HTML, then the packing), so a call ends with whole engine sets; the
+# same command on the same warm host measures the sets left (a cold host: FP8LAB_SEED_RECORDS=1 with FP8LAB_SEED_DIR
+# holding the previous call's runs-<tag>.tar.gz). Study 06 replicated, about 850 s in two calls (fp8lab/profiles.yaml):
+#   FP8LAB_COMMIT=<sha> FP8LAB_TAG=06-replicated FP8LAB_ARGS="-p RECORDS null -p BANDWIDTH_GBS 4069.9173720405943" \
+#     bash scripts/h200_run.sh 06          (twice; the second call resumes)
 # Writes $OUT/report-<tag>.tar.gz (executed notebooks, HTML, summaries, index.html, the installed vLLM's
 # options as vllm-options-<version>.json) and $OUT/runs-<tag>.tar.gz (the results store: spec, records,
 # provenance and worker log of every engine of this call's studies).
@@ -31,6 +37,7 @@ if [ "${FP8LAB_SEED_RECORDS:-0}" = 1 ]; then
 fi
 ver=$(python3 -c "import vllm; print(vllm.__version__)" 2>/dev/null || echo unknown)
 python3 -m fp8lab.vllm_options --out "$out/vllm-options-$ver.json" > "$out/vllm-options.log" 2>&1 &
+export FP8LAB_DEADLINE=$(( $(date +%s) + ${FP8LAB_BUDGET_S:-540} - ${FP8LAB_DEADLINE_MARGIN_S:-60} ))
 # shellcheck disable=SC2086  # FP8LAB_ARGS is a list of words
 timeout --signal=INT --kill-after=20 "${FP8LAB_BUDGET_S:-540}" \
   python3 -m fp8lab.cli run "$@" --profile "$profile" --out "$out" -q ${FP8LAB_ARGS:-}

@@ -1,20 +1,25 @@
 """Study 06: where does FP8 KV make decode faster? Decode step time by context length and batch.
 
-One engine per KV dtype serves the whole grid (CUDA graphs on unless ``enforce_eager``), prefix caching
-off. Every grid point (batch ``B``, context ``L``) is measured in ``reps`` paired repetitions: the same
-fresh random-token prompts for every dtype within a repetition, the dtypes alternating AB, BA, ... while
-both engines are alive (:mod:`fp8lab.decode_worker` says how a step time is read from one generation).
+Engine-level replication (issue 35; :mod:`fp8lab.engine_schedule`): every KV dtype is started ``engines`` times,
+fresh, in ABBA order, in two arms: ``colocated`` (a round's auto and fp8 engines alive together, today's layout)
+and ``solo`` (one engine at a time at vLLM's default memory settings, as a user runs it). CUDA graphs on unless
+``enforce_eager``, prefix caching off. Every engine measures every grid point (batch ``B``, context ``L``) ``reps``
+times on the same fresh random-token prompts (:mod:`fp8lab.decode_worker` says how a step time is read from one
+generation). With ``engines = 1`` and the co-located arm only, the design before issue 35 (one engine per dtype,
+intervals over its repetitions), which the committed 2026-11-30 runs were measured with.
 
-What comes out, per point: each dtype's mean step time, the fp8/auto ratio with a 95% t interval over the
-pairs (:func:`fp8lab.stats.paired_ratio`), the same-config noise floor (:func:`fp8lab.stats.self_noise`);
-per dtype and batch a line ``step = a + b x context`` (:func:`fp8lab.stats.ols`); per batch the context
-where fp8 becomes faster, from the fitted paired difference, with Fieller's interval; and each dtype's
-fraction of the memory-bandwidth bound (:mod:`fp8lab.roofline`).
+What comes out (:mod:`fp8lab.decode.replication`, the engine as the unit: repetitions averaged within an engine,
+then intervals over engines), per arm: per point the fp8/auto ratio with a 95% t interval over engine pairs; per
+dtype and batch the line ``step = a + b x context`` fitted per engine, with the fixed cost per step and per layer
+and the slope, each with its interval over engines, and fp8's paired differences; per batch the crossover context
+with Fieller's interval over engine pairs (stated within the measured contexts); the co-location effect on the fixed
+cost (paired by round); each dtype's fraction of the memory-bandwidth bound (:mod:`fp8lab.roofline`).
 
 The results store keeps one folder per spec (``<runs>/06_decode/<hash>/``): ``spec.json``, one sub-folder
 per worker (``g0/``, ``g1/``... a worker per GPU group) with ``rows.jsonl`` (a row per measurement, written
-as it is taken), ``engines.json`` (engine facts, failures, provenance) and ``worker.log``, and
-``complete.json`` once every point is measured. An incomplete run resumes where it stopped.
+as it is taken, naming its engine), ``engines.json`` (every engine's facts, failures, provenance, engine sets
+deferred by ``FP8LAB_DEADLINE``) and ``worker.log``, and ``complete.json`` once every engine set is measured. An
+incomplete run resumes with the engine sets it has not finished (a half-measured set runs again, fresh).
 
 The study is one subpackage, one concept per module; arrows point down only (``spec`` imports no other module of
 the study):
@@ -23,7 +28,8 @@ the study):
   grid), :func:`margin`.
 - :mod:`~fp8lab.decode.run`: :func:`run_decode` (the workers, :mod:`fp8lab.decode_worker`) -> :class:`DecodeRun`;
   :func:`load`, :func:`find_run`, :func:`store_bandwidth`.
-- :mod:`~fp8lab.decode.tables`: points, fits, crossovers, roofline, capacity; :data:`ANCHORS`.
+- :mod:`~fp8lab.decode.replication`: the statistics over engines (points, fits, crossover, co-location effect).
+- :mod:`~fp8lab.decode.tables`: points, fits, crossovers, co-location, roofline, capacity; :data:`ANCHORS`.
 - :mod:`~fp8lab.decode.summary`: :func:`summary`, :func:`summary_rows`; :mod:`~fp8lab.decode.verdict`:
   :func:`verdict`.
 - :mod:`~fp8lab.decode.plots`: the notebook's figures (imported on its own: it loads matplotlib).

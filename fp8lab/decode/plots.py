@@ -10,10 +10,13 @@ from fp8lab.plots import kv_palette, theme
 
 def step_vs_context(points: Any, fits: Any, base: str = "auto", other: str = "fp8") -> Any:
     """Mean decode step (ms) against context, one panel per batch, both dtypes, with each dtype's fitted
-    line (:func:`fp8lab.decode.tables.fit_table`). Axes start at zero, so a small difference looks small."""
+    line (:func:`fp8lab.decode.tables.fit_table`; in a replicated run, the mean over engines of the points' arm).
+    Axes start at zero, so a small difference looks small."""
     import numpy as np
 
     plt, _ = theme()
+    if "arm" in points and "arm" in fits and len(points):  # a replicated run: the lines of the points' arm
+        fits = fits[fits.arm == points.arm.iloc[0]]
     batches = sorted(points.batch.unique())
     fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.6), squeeze=False)
     pal = kv_palette([base, other])

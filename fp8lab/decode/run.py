@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,33 @@ def _read_rows(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def sets_to_run(spec: DecodeSpec, rows: Any, group: str, points: list[tuple[int, int]], failed: Any = ()) -> list[Any]:
+    """The engine sets of ``spec.schedule()`` that worker ``group`` has not finished: a set is finished when each of
+    its engines (one attempt, ``engine_uid``) measured every point of ``points`` ``reps`` times. An unfinished set
+    runs again whole, with fresh engines (a half-measured attempt is kept in the store, not used where a complete
+    one exists: :meth:`DecodeRun.measured`). An engine in ``failed`` (ids whose start or measurement failed, recorded
+    with the cause) counts as finished: the study goes on without it."""
+    import pandas as pd
+
+    r = pd.DataFrame(rows) if not isinstance(rows, pd.DataFrame) else rows
+    want = len(points) * spec.reps
+    full: set[str] = set()
+    if not r.empty and "engine_uid" in r:
+        g = r[(r.get("group", group) == group) & (r.rep >= 0)]
+        g = g[g.set_index(["batch", "context_len"]).index.isin(points)]
+        counts = (
+            g.drop_duplicates(["engine_uid", "batch", "context_len", "rep"]).groupby(["engine", "engine_uid"]).size()
+        )
+        full = {e for (e, _), n in counts.items() if n >= want}
+    done = full | set(failed)
+    return [es for es in spec.schedule() if not all(es.engine_id(d) in done for d in es.configs)]
+
+
+def _failed(starts: dict[str, dict[str, Any]], group: str) -> set[str]:
+    """Engine ids of worker ``group`` whose last attempt failed (:attr:`DecodeRun.starts`)."""
+    return {k.split("/", 1)[1] for k, f in starts.items() if k.startswith(f"{group}/") and f.get("status") != "ok"}
+
+
 def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) -> DecodeRun:
     """Measure (or load, or resume) the grid of ``spec`` in the results store ``root`` (default: runs/)."""
     from fp8lab import results
@@ -68,9 +95,10 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
         return load(rd)
     grid = plan(spec)
     points = [(int(r.batch), int(r.context_len)) for r in grid.itertuples() if r.measure]
-    done = [[r["batch"], r["context_len"], r["rep"], r["kv_dtype"]] for r in _read_rows(rd) if r.get("rep", -1) >= 0]
+    rows = _read_rows(rd)
+    before = load(rd).starts if any(rd.glob("g*/engines.json")) else {}
     lay = kvmath.load_layout(spec.engine_spec(spec.kv_dtypes[0]).model)
-    engine_specs = [spec.engine_spec(d).to_dict() for d in spec.kv_dtypes]
+    engine_specs = {arm: {d: spec.engine_spec(d, arm).to_dict() for d in spec.kv_dtypes} for arm in spec.arms}
     from fp8lab import decode_worker
     from fp8lab.engine import _kill_group, _reap_descendants, worker_context
 
@@ -86,7 +114,11 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
         env = dict(spec.env)
         if spec.gpu_groups:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpu_groups[i]))
+        todo = sets_to_run(spec, rows, f"g{i}", pts, _failed(before, f"g{i}"))
+        if not todo:
+            continue
         p = {
+            "sets": [es.to_dict() for es in todo],
             "points": pts,
             "margins": [margin(spec, b, c) for b, c in pts],
             "reps": spec.reps,
@@ -94,8 +126,6 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
             "warmup": spec.warmup,
             "seed": spec.seed,
             "vocab": int(lay.config["vocab_size"]),
-            "concurrent": spec.concurrent_engines,
-            "done": done,
             "engine_args": spec.engine_args,
         }
         proc = ctx.Process(
@@ -113,7 +143,13 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
         _reap_descendants(proc.pid)
         proc.join(timeout=10)
     run = load(rd)
-    if run.missing_points().empty or run.all_engines_failed():
+    left = [
+        es
+        for i, pts in enumerate(_shards(spec, points))
+        if pts
+        for es in sets_to_run(spec, run.rows, f"g{i}", pts, _failed(run.starts, f"g{i}"))
+    ]
+    if not left or run.all_engines_failed():
         (rd / "complete.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
         run.complete = True
     return run
@@ -129,6 +165,8 @@ class DecodeRun:
     engines: dict[str, dict[str, Any]]
     provenance: dict[str, Any]
     complete: bool
+    starts: dict[str, dict[str, Any]] = field(default_factory=dict)  # every engine started, by group/engine id
+    deferred: list[dict[str, Any]] = field(default_factory=list)  # engine sets left for a later call (deadline)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -138,12 +176,28 @@ class DecodeRun:
         return bool(self.engines) and all(e.get("status") != "ok" for e in self.engines.values())
 
     def measured(self) -> Any:
-        """Measurement rows after warm-up, the last row kept where a point was measured twice (a resume)."""
+        """Measurement rows after warm-up with ``step_ms`` and the engine that took them (``arm``, ``round``,
+        ``engine``). Of an engine started more than once (a resumed run), the attempt with the most rows (the
+        latest among equals); a run before issue 35 (no engine column) is one co-located round, the last row kept
+        where a point was measured twice."""
         r = self.rows
         if r.empty:
             return r
-        r = r[r.rep >= 0].drop_duplicates(["batch", "context_len", "rep", "kv_dtype"], keep="last")
-        return r.assign(step_ms=r.step_s * 1e3)
+        r = r[r.rep >= 0]
+        if "engine_uid" not in r:
+            r = r.drop_duplicates(["batch", "context_len", "rep", "kv_dtype"], keep="last")
+            return r.assign(
+                step_ms=r.step_s * 1e3, arm="colocated", round=0, engine="colocated/r0/" + r.kv_dtype.astype(str)
+            )
+        size = r.groupby(["group", "engine", "engine_uid"]).size().rename("n").reset_index()
+        best = size.sort_values(["n", "engine_uid"]).drop_duplicates(["group", "engine"], keep="last").engine_uid
+        r = r[r.engine_uid.isin(set(best))].drop_duplicates(["engine_uid", "batch", "context_len", "rep"], keep="last")
+        return r.assign(step_ms=r.step_s * 1e3, round=r["round"].astype(int))
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the run is the issue-35 design (several engines per dtype or a solo arm)."""
+        return bool(self.spec.get("engines", 1) > 1 or tuple(self.spec.get("arms") or ("colocated",)) != ("colocated",))
 
     def missing_points(self) -> Any:
         import pandas as pd
@@ -169,10 +223,25 @@ def load(run_dir: Path) -> DecodeRun:
     desc = json.loads((run_dir / "spec.json").read_text())
     engines: dict[str, dict[str, Any]] = {}
     prov: dict[str, Any] = {}
+    starts: dict[str, dict[str, Any]] = {}  # issue-35 runs: every engine by group/engine id
+    deferred: list[dict[str, Any]] = []
     for f in sorted(run_dir.glob("g*/engines.json")):
         e = json.loads(f.read_text())
         prov = prov or e.get("provenance", {})
-        for d, facts in e.get("engines", {}).items():
+        deferred += e.get("deferred") or []
+        for key, facts in e.get("engines", {}).items():
+            if "engine_uid" in facts:  # keyed by engine id; per dtype: ok where any of its engines is
+                starts[f"{f.parent.name}/{key}"] = facts
+                d = facts["kv_dtype"]
+                agg = engines.setdefault(d, {"status": "error", "error": None, "groups": []})
+                if f.parent.name not in agg["groups"]:
+                    agg["groups"].append(f.parent.name)
+                if facts.get("status") == "ok" and agg["status"] != "ok":
+                    agg.update({k: v for k, v in facts.items() if k != "groups"}, status="ok", error=None)
+                elif agg["status"] != "ok":
+                    agg["error"] = facts.get("error")
+                continue
+            d = key
             engines.setdefault(d, {**facts, "groups": []})["groups"].append(f.parent.name)
             if facts.get("status") != "ok":
                 engines[d].update(status=facts.get("status"), error=facts.get("error"))
@@ -180,7 +249,14 @@ def load(run_dir: Path) -> DecodeRun:
 
     note_run(run_dir, prov, "complete" if (run_dir / "complete.json").exists() else "partial")
     return DecodeRun(
-        run_dir, desc, pd.DataFrame(_read_rows(run_dir)), engines, prov, (run_dir / "complete.json").exists()
+        run_dir,
+        desc,
+        pd.DataFrame(_read_rows(run_dir)),
+        engines,
+        prov,
+        (run_dir / "complete.json").exists(),
+        starts,
+        deferred,
     )
 
 

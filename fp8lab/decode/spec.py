@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fp8lab import kvmath
+from fp8lab.engine_schedule import ARMS, EngineSet, abba_schedule
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
@@ -51,6 +52,13 @@ class DecodeSpec:
     engine alive at once and interleave them (needs memory for two engines); ``gpu_groups``: GPU index
     lists, one worker each, the grid's batches shared among them (``None``: one worker, devices as visible);
     ``engine_args``: further ``vllm.LLM`` keyword arguments, as given (e.g. ``disable_custom_all_reduce``).
+
+    Engine-level replication (issue 35; :mod:`fp8lab.engine_schedule`): ``engines``: fresh engines per dtype and
+    arm (rounds, started in ABBA order; 1: one engine per dtype, its repetitions the only replication, the design
+    before issue 35); ``arms``: ``colocated`` (a round's engines alive together with the memory settings above, or
+    one after the other with ``concurrent_engines`` off) and/or ``solo`` (one engine at a time with
+    ``solo_gpu_memory_utilization`` and ``solo_kv_cache_gib``: by default vLLM's own, 0.9 and sized by vLLM).
+    With ``engines`` of 3 or more, ``reps`` may be 2 (the engines carry the interval).
     """
 
     model: str
@@ -77,6 +85,10 @@ class DecodeSpec:
     timeout_s: float = 3600.0
     env: dict[str, str] = field(default_factory=dict)
     engine_args: dict[str, Any] = field(default_factory=dict)
+    engines: int = 1
+    arms: tuple[str, ...] = ("colocated",)
+    solo_gpu_memory_utilization: float = 0.9
+    solo_kv_cache_gib: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -88,7 +100,20 @@ class DecodeSpec:
         object.__setattr__(self, "kv_dtypes", tuple(self.kv_dtypes))
         object.__setattr__(self, "contexts", _ints("DecodeSpec", "contexts", self.contexts, 16, 10_000_000))
         object.__setattr__(self, "batches", _ints("DecodeSpec", "batches", self.batches, 1, 4096))
-        check_int("DecodeSpec", "reps", self.reps, 3, 1000)
+        check_int("DecodeSpec", "engines", self.engines, 1, 100)
+        check_int("DecodeSpec", "reps", self.reps, 2 if self.engines >= 3 else 3, 1000)
+        if (
+            not isinstance(self.arms, (list, tuple))
+            or not self.arms
+            or any(a not in ARMS for a in self.arms)
+            or len(set(self.arms)) != len(self.arms)
+        ):
+            raise SpecError("DecodeSpec", "arms", self.arms, f"a non-empty list of distinct values of {list(ARMS)}")
+        object.__setattr__(self, "arms", tuple(self.arms))
+        check_float(
+            "DecodeSpec", "solo_gpu_memory_utilization", self.solo_gpu_memory_utilization, 0.0, 1.0, lo_open=True
+        )
+        check_float("DecodeSpec", "solo_kv_cache_gib", self.solo_kv_cache_gib, 0.0, 1e5, lo_open=True, optional=True)
         check_int("DecodeSpec", "decode_tokens", self.decode_tokens, 8, 100_000)
         check_int("DecodeSpec", "warmup", self.warmup, 0, 100)
         check_int("DecodeSpec", "max_prefill_tokens", self.max_prefill_tokens, 1, 10**9, optional=True)
@@ -118,17 +143,29 @@ class DecodeSpec:
             object.__setattr__(self, "gpu_groups", tuple(tuple(int(i) for i in g) for g in groups))
         if not isinstance(self.engine_args, dict) or not all(isinstance(k, str) for k in self.engine_args):
             raise SpecError("DecodeSpec", "engine_args", self.engine_args, "a dict of vllm.LLM keyword arguments")
-        for d in self.kv_dtypes:  # the engine fields are checked by EngineSpec itself, once per dtype
-            self.engine_spec(d)
+        for d in self.kv_dtypes:  # the engine fields are checked by EngineSpec itself, once per dtype and arm
+            for arm in self.arms:
+                self.engine_spec(d, arm)
 
-    def engine_spec(self, kv_dtype: str) -> EngineSpec:
+    @property
+    def replicated(self) -> bool:
+        """The issue-35 design (more than one engine per dtype, or a solo arm), as opposed to one engine per dtype."""
+        return self.engines > 1 or self.arms != ("colocated",)
+
+    def schedule(self) -> list[EngineSet]:
+        """The engines in the order they start (:func:`fp8lab.engine_schedule.abba_schedule`)."""
+        return abba_schedule(self.kv_dtypes, self.engines, self.arms, colocate=self.concurrent_engines)
+
+    def engine_spec(self, kv_dtype: str, arm: str = "colocated") -> EngineSpec:
+        """The engine of ``kv_dtype`` in ``arm`` (``solo``: the solo memory settings)."""
+        solo = arm == "solo"
         return EngineSpec(
             model=self.model,
             kv_cache_dtype=kv_dtype,
             block_size=self.block_size,
             max_model_len=self.max_model_len,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            kv_cache_gib=self.kv_cache_gib,
+            gpu_memory_utilization=self.solo_gpu_memory_utilization if solo else self.gpu_memory_utilization,
+            kv_cache_gib=self.solo_kv_cache_gib if solo else self.kv_cache_gib,
             max_num_seqs=max(self.batches),
             max_num_batched_tokens=self.max_num_batched_tokens,
             enforce_eager=self.enforce_eager,
@@ -148,8 +185,9 @@ class DecodeSpec:
         kw = {k.lower(): v for k, v in params.items() if k.lower() in names}
         if "tp" in {k.lower() for k in params}:
             kw["tensor_parallel_size"] = params.get("TP", params.get("tp"))
-        if "kv_cache_gib" in kw and isinstance(kw["kv_cache_gib"], int):
-            kw["kv_cache_gib"] = float(kw["kv_cache_gib"])
+        for k in ("kv_cache_gib", "solo_kv_cache_gib"):
+            if k in kw and isinstance(kw[k], int):
+                kw[k] = float(kw[k])
         return cls(**kw)
 
     def descriptor(self) -> dict[str, Any]:
@@ -160,6 +198,9 @@ class DecodeSpec:
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
+        if not self.replicated:  # the design before issue 35: its descriptor as it was
+            for k in ("engines", "arms", "solo_gpu_memory_utilization", "solo_kv_cache_gib"):
+                d.pop(k)
         return {"study": STUDY, "protocol": PROTOCOL, **run_versions(), "spec": d}
 
 

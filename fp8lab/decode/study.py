@@ -12,8 +12,8 @@ nothing of its own)::
 
 The verdicts: the claims audit's own rules (:mod:`fp8lab.audit`) for the decode-speed claims this study is the
 evidence of (:data:`CLAIMS`), applied to this run alone, as the audit applies them to each report before it weighs
-the reports' settings (a CPU run is an analogue the audit never decides a GPU claim by). ``n``: the paired
-repetitions per point; ``detectable``: the rule's smallest detectable effect."""
+the reports' settings (a CPU run is an analogue the audit never decides a GPU claim by). ``n``: the engines per dtype
+(a replicated run, issue 35), else the paired repetitions per point; ``detectable``: the rule's smallest detectable effect."""
 
 from __future__ import annotations
 
@@ -26,7 +26,15 @@ from typing import Any
 from fp8lab.decode.run import DecodeRun, find_run, run_decode, store_bandwidth
 from fp8lab.decode.spec import DecodeSpec, plan
 from fp8lab.decode.summary import summary, summary_rows
-from fp8lab.decode.tables import ANCHORS, capacity_table, crossover_table, fit_table, point_table, roofline_table
+from fp8lab.decode.tables import (
+    ANCHORS,
+    arm_table,
+    capacity_table,
+    crossover_table,
+    fit_table,
+    point_table,
+    roofline_table,
+)
 from fp8lab.decode.verdict import verdict
 from fp8lab.errors import SpecError
 from fp8lab.specs import check_float
@@ -95,6 +103,10 @@ class DecodeStudySpec:
                 gpu_groups=p["GPU_GROUPS"],
                 env=p["ENV"],
                 engine_args=p["ENGINE_ARGS"],
+                engines=p["ENGINES"],
+                arms=p["ARMS"],
+                solo_gpu_memory_utilization=p["SOLO_GPU_MEMORY_UTILIZATION"],
+                solo_kv_cache_gib=p["SOLO_KV_CACHE_GIB"],
             )
             return cls(decode, bandwidth_gbs=p["BANDWIDTH_GBS"], records=p["RECORDS"])
         except KeyError as e:
@@ -128,6 +140,7 @@ class Results:
             "points": point_table(run),
             "fits": fit_table(run),
             "crossovers": crossover_table(run),
+            "colocation": arm_table(run),
             "roofline": roofline_table(run, self.bandwidth["bandwidth_gbs"]),
             "anchors": pd.DataFrame(ANCHORS),
         }
@@ -135,7 +148,8 @@ class Results:
     def tables(self) -> dict[str, Any]:
         """``grid`` (the points and why any is left out), ``capacity`` (KV blocks against the formula), ``points``
         (per batch and context: both dtypes' steps, the paired ratio), ``fits`` (per dtype and batch, step against
-        context), ``crossovers`` (per batch), ``roofline`` (the bandwidth bound's fraction) and ``anchors`` (the
+        context), ``crossovers`` (per batch; per arm in a replicated run), ``colocation`` (co-located against solo: the fixed
+        cost's difference per round, issue 35; empty unless both arms ran), ``roofline`` (the bandwidth bound's fraction) and ``anchors`` (the
         published fits, with their setting)."""
         return dict(self._tables)
 
@@ -160,7 +174,9 @@ class Results:
         from fp8lab import audit
 
         rep = audit.Report("this run", self.run.run_dir, {NAME: self._summary}, {}, {NAME: self._rows})
-        return audit.judge_run(rep, NAME[:2], CLAIMS, lambda c: int(self._summary["n_reps"]))
+        s = self._summary
+        n = int(s["engines_per_dtype"]) if s.get("replicated") else int(s["n_reps"])  # what the intervals are over
+        return audit.judge_run(rep, NAME[:2], CLAIMS, lambda c: n)
 
     def markdown(self) -> str:
         """:func:`fp8lab.decode.verdict.verdict`'s headline bullets as a Markdown list."""

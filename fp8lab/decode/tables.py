@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from fp8lab import kvmath, stats
+from fp8lab.decode import replication
 from fp8lab.decode.run import DecodeRun
 from fp8lab.decode.spec import DecodeSpec
 
@@ -27,8 +28,21 @@ ANCHORS: tuple[dict[str, Any], ...] = (
 )
 
 
-def point_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> Any:
-    """One row per measured (batch, context_len): each dtype's mean step (ms), ``ratio`` = other/base with its
+def primary_arm(run: DecodeRun) -> str:
+    """The arm the headline and the audit read: ``solo`` (one engine at vLLM's defaults, as a user runs it) where
+    measured, else ``colocated``."""
+    return "solo" if "solo" in (run.spec.get("arms") or ()) else "colocated"
+
+
+def layers(run: DecodeRun) -> int:
+    """The model's layer count (the fixed cost per layer divides by it)."""
+    lay = kvmath.load_layout(DecodeSpec(**run.spec).engine_spec(run.spec["kv_dtypes"][0]).model)
+    return int(lay.config["num_hidden_layers"])
+
+
+def point_table(run: DecodeRun, base: str = "auto", other: str = "fp8", arm: str | None = None) -> Any:
+    """A replicated run (issue 35): :func:`fp8lab.decode.replication.point_table` of ``arm`` (default
+    :func:`primary_arm`), intervals over engine pairs. A run with one engine per dtype: one row per measured (batch, context_len): each dtype's mean step (ms), ``ratio`` = other/base with its
     95% t interval over the pairs, ``n``, ``self_noise_pct`` (the larger of the two dtypes' same-config
     noise), ``beyond_noise`` and ``full_batch`` (every measurement had the whole batch decoding)."""
     import pandas as pd
@@ -37,6 +51,8 @@ def point_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> Any:
     rows = []
     if m.empty or not {base, other} <= set(m.kv_dtype):
         return pd.DataFrame(rows)
+    if run.replicated:
+        return replication.point_table(m, arm or primary_arm(run), base, other)
     for (b, c), g in m.groupby(["batch", "context_len"]):
         w = g.pivot_table(index="rep", columns="kv_dtype", values="step_ms").dropna()
         if base not in w or other not in w or len(w) < 2:
@@ -65,13 +81,17 @@ def point_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> Any:
 
 def fit_table(run: DecodeRun) -> Any:
     """Per (kv_dtype, batch): ``step_ms = a_ms + b_ms_per_token x context`` over the points' mean steps, with
-    95% t intervals; ``b_ms_per_ktoken`` is the slope per 1,000 tokens."""
+    95% t intervals; ``b_ms_per_ktoken`` is the slope per 1,000 tokens. A replicated run: per arm,
+    :func:`fp8lab.decode.replication.fit_table` (lines per engine, intervals over engines; fixed cost per layer; the
+    fp8 - auto difference)."""
     import pandas as pd
 
     m = run.measured()
     rows = []
     if m.empty:
         return pd.DataFrame(rows)
+    if run.replicated:
+        return replication.fit_table(m, layers(run))
     means = m.groupby(["kv_dtype", "batch", "context_len"]).step_ms.mean().reset_index()
     for (d, b), g in means.groupby(["kv_dtype", "batch"]):
         if g.context_len.nunique() < 3:
@@ -102,9 +122,15 @@ def crossover_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> A
     ``status``: ``none`` when the fitted difference does not fall with context (no context from which other
     becomes faster, whatever its sign at the grid's ends: ``diff_at_min_ms``, ``diff_at_max_ms``),
     ``below_grid`` when it crosses before the smallest measured context (other is faster throughout),
-    ``above_grid`` past the largest (an extrapolation), else ``in_grid``."""
+    ``above_grid`` past the largest (an extrapolation), else ``in_grid``. A replicated run: per arm and batch,
+    :func:`fp8lab.decode.replication.crossover_table` (Fieller over engine pairs, stated within the grid)."""
     import pandas as pd
 
+    if run.replicated:
+        m = run.measured()
+        parts = [replication.crossover_table(m, a, base, other) for a in run.spec["arms"]] if len(m) else []
+        parts = [p for p in parts if len(p)]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     pts = point_table(run, base, other)
     rows = []
     if pts.empty:
@@ -140,6 +166,14 @@ def crossover_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> A
     return pd.DataFrame(rows)
 
 
+def arm_table(run: DecodeRun, base: str = "auto", other: str = "fp8") -> Any:
+    """Co-located against solo: :func:`fp8lab.decode.replication.arm_effect` (empty unless both arms ran)."""
+    import pandas as pd
+
+    m = run.measured()
+    return replication.arm_effect(m, layers(run), base, other) if run.replicated and len(m) else pd.DataFrame()
+
+
 def roofline_table(run: DecodeRun, bandwidth_gbs: float) -> Any:
     """Per (kv_dtype, batch, context_len): the bandwidth bound on one step (weights + the batch's KV at the
     measured window's mean context, :func:`fp8lab.roofline.itl_lower_bound`) and ``fraction`` = bound /
@@ -151,6 +185,7 @@ def roofline_table(run: DecodeRun, bandwidth_gbs: float) -> Any:
     m = run.measured()
     if m.empty:
         return pd.DataFrame()
+    m = m[m.arm == primary_arm(run)]
     spec = run.spec
     lay = kvmath.load_layout(DecodeSpec(**spec).engine_spec(spec["kv_dtypes"][0]).model)
     tp = spec["tensor_parallel_size"]
@@ -182,7 +217,14 @@ def capacity_table(run: DecodeRun) -> Any:
         return pd.DataFrame()
     lay = kvmath.load_layout(DecodeSpec(**spec).engine_spec(spec["kv_dtypes"][0]).model)
     rows = []
-    for d, e in run.engines.items():
+    engines = run.engines
+    if run.starts:  # a replicated run: the co-located arm's engines (the spec's KV budget); all must agree
+        engines = {}
+        for e in run.starts.values():
+            if e.get("arm") == "colocated" and e.get("status") == "ok":
+                first = engines.setdefault(e["kv_dtype"], {**e, "all_blocks": set()})
+                first["all_blocks"].add(e["num_blocks"])
+    for d, e in engines.items():
         if e.get("status") != "ok":
             continue
         pred = kvmath.predict_num_blocks(
@@ -194,7 +236,7 @@ def capacity_table(run: DecodeRun) -> Any:
                 "kv_dtype": d,
                 "num_blocks": e["num_blocks"],
                 "predicted_blocks": pred,
-                "exact": e["num_blocks"] == pred,
+                "exact": e["num_blocks"] == pred and e.get("all_blocks", {pred}) == {pred},
                 "block_size": e["block_size"],
                 "attention_backend": ",".join(e.get("attention_backend") or []) or None,
                 "cuda_graphs": e.get("cuda_graphs"),

@@ -1,6 +1,7 @@
-"""Notebook 06 (decode speed) executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions); asserts on the
-summary it wrote. The grid and the KV budget are the profile's, so the expectations hold for whichever small
-grid it sets; the KV block counts are derived here from the model's config by hand (and by the formula)."""
+"""Notebook 06 (decode speed) executed top to bottom by papermill on the test profile (``cpu-ci``: cpu-tiny's
+engine-replicated design, 3 fresh engines per dtype in ABBA order in both arms, at batch 1); asserts on the summary it
+wrote. The grid, the engines and the KV budget are the profile's, so the expectations hold for whichever small design
+it sets; the KV block counts are derived here from the model's config by hand (and by the formula)."""
 
 from __future__ import annotations
 
@@ -42,12 +43,21 @@ def test_both_engines_ran_the_whole_grid(nb06):
     want = {(int(r.batch), int(r.context_len)) for r in grid.itertuples() if r.measure}
     assert want == {(b, c) for b in params["BATCHES"] for c in params["CONTEXTS"]}  # the small grid fits whole
     assert {(p["batch"], p["context_len"]) for p in s["points"]} == want
+    # issue 35: every engine of the schedule started fresh and measured the whole grid, in both arms
+    assert s["replicated"] is True and s["engines_per_dtype"] == params["ENGINES"] == 3
+    assert s["arms"] == params["ARMS"] and s["primary_arm"] == ("solo" if "solo" in params["ARMS"] else "colocated")
+    assert len(s["engine_start_s"]) == 2 * params["ENGINES"] * len(params["ARMS"]) and not s["engine_failures"]
+    assert s["deferred_sets"] == 0 and s["interval_over"] == "engine pairs"
+    for arm in params["ARMS"]:
+        assert {(p["batch"], p["context_len"]) for p in s["points_by_arm"][arm]} == want
+    assert s["points_by_arm"][s["primary_arm"]] == s["points"]
 
 
 def test_every_point_has_a_ratio_with_its_interval(nb06):
     params, _, s = nb06
     for p in s["points"]:
-        assert p["n"] == params["REPS"]
+        assert p["n"] == p["n_engines"] == params["ENGINES"] and p["reps"] == params["REPS"]
+        assert _finite(p["rep_level_half_width_pct"]) and p["rep_level_half_width_pct"] > 0
         assert _finite(p["auto_step_ms"], p["fp8_step_ms"], p["ratio"], p["ratio_ci_low"], p["ratio_ci_high"])
         assert p["auto_step_ms"] > 0 and p["fp8_step_ms"] > 0
         assert 0 < p["ratio_ci_low"] < p["ratio"] < p["ratio_ci_high"]
@@ -81,10 +91,12 @@ def test_kv_blocks_match_the_formula_and_backend_is_recorded(nb06, tiny_model):
 
 def test_fits_and_crossovers_are_present_and_finite(nb06):
     params, _, s = nb06
-    fits = {(f["kv_dtype"], f["batch"]): f for f in s["fits"]}
-    assert set(fits) == {(d, b) for d in params["KV_DTYPES"] for b in params["BATCHES"]}
+    fits = {(f["arm"], f["kv_dtype"], f["batch"]): f for f in s["fits"]}
+    labels = [*params["KV_DTYPES"], "fp8-auto"]  # each dtype's line, and fp8's paired difference from auto's
+    assert set(fits) == {(a, d, b) for a in params["ARMS"] for d in labels for b in params["BATCHES"]}
     for f in fits.values():
-        assert f["n_points"] == len(params["CONTEXTS"])
+        assert f["n_points"] == len(params["CONTEXTS"]) and f["n_engines"] == params["ENGINES"]
+        assert f["a_us_per_layer"] == pytest.approx(f["a_ms"] * 1e3 / 6)  # the shipped model's 6 layers
         assert _finite(
             f["a_ms"],
             f["a_ms_ci_low"],
@@ -96,16 +108,25 @@ def test_fits_and_crossovers_are_present_and_finite(nb06):
         assert f["a_ms_ci_low"] < f["a_ms"] < f["a_ms_ci_high"]
         assert f["b_ms_per_token_ci_low"] < f["b_ms_per_token"] < f["b_ms_per_token_ci_high"]
         assert f["b_ms_per_ktoken"] == pytest.approx(1e3 * f["b_ms_per_token"])
-    cross = {c["batch"]: c for c in s["crossovers"]}
-    assert set(cross) == set(params["BATCHES"])
+    cross = {(c["arm"], c["batch"]): c for c in s["crossovers"]}
+    assert set(cross) == {(a, b) for a in params["ARMS"] for b in params["BATCHES"]}
+    lo, hi = min(params["CONTEXTS"]), max(params["CONTEXTS"])
     for c in cross.values():
-        assert c["status"] in ("in_grid", "above_grid", "below_grid", "none")
-        assert _finite(c["diff_at_min_ms"], c["diff_slope_ms_per_ktoken"])
-        if c["status"] == "none":
-            assert c["context_len"] is None and c["ci_low"] is None and c["ci_high"] is None
+        assert c["status"] in ("in_grid", "above_grid", "below_grid", "none") and c["n_engines"] == params["ENGINES"]
+        assert _finite(c["diff_at_min_ms"], c["diff_slope_ms_per_ktoken"]) and c["interval_text"]
+        if c["status"] in ("none", "below_grid"):  # no token count below the grid, never a negative one
+            assert c["context_len"] is None and c["ci_low"] is None
         else:
-            assert _finite(c["context_len"])
-            assert (c["ci_low"] is None) == (c["ci_high"] is None)
+            assert _finite(c["context_len"]) and c["context_len"] >= lo
+        # the interval is stated within the measured contexts only
+        assert c["ci_low"] is None or lo <= c["ci_low"] <= hi
+        assert c["ci_high"] is None or lo <= c["ci_high"] <= hi
+    effect = {(e["kv_dtype"], e["batch"]): e for e in s["arm_effect"]}
+    assert set(effect) == {(d, b) for d in labels for b in params["BATCHES"]}
+    for e in effect.values():
+        assert e["n_rounds"] == params["ENGINES"]
+        assert _finite(e["effect_ms"], e["effect_ms_ci_low"], e["effect_ms_ci_high"])
+        assert e["effect_ms"] == pytest.approx(e["colocated_a_ms"] - e["solo_a_ms"])
     roof = s["roofline"]
     assert {(r["kv_dtype"], r["batch"], r["context_len"]) for r in roof} == {
         (d, p["batch"], p["context_len"]) for d in params["KV_DTYPES"] for p in s["points"]
@@ -127,7 +148,12 @@ def test_the_audit_reads_the_rows_this_run_wrote(nb06, tmp_path_factory):
     folder = folders.pop()
     rows = st.read_rows(folder / f"{NB06.stem}.rows.json")
     assert st.read_parquet(folder / f"{NB06.stem}.rows.parquet") == rows
-    assert {r["evidence"] for r in rows} == {"cpu analogue"} and {r["setting"] for r in rows} == {"decode step, eager"}
+    steps = [r for r in rows if r["metric"] == "decode_step_ms"]
+    assert {r["evidence"] for r in steps} == {"cpu analogue"}
+    assert {r["setting"] for r in steps} == {"decode step, eager, one engine at a time, 3 engines per dtype"}
+    assert {r["n"] for r in steps} == {3}  # engine pairs
+    cross = [r for r in rows if r["metric"] == "decode_crossover_tokens"]
+    assert all(r["value"] >= min(p["context_len"] for p in s["points"]) for r in cross)
     rep = audit.load_report(folder)
     grid = audit.decode_grid(rep)
     assert [

@@ -17,9 +17,10 @@ from fp8lab.report import load_profile, resolved_parameters
 H200 = REPO_ROOT / "reports" / "h200"
 
 
-def _h200_params(name: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The parameters notebook ``name`` runs with on the H200 profile, ``extra`` on top."""
-    return resolved_parameters(NOTEBOOKS_DIR / f"{name}.ipynb", load_profile("h200"), extra)
+def _h200_params(name: str, extra: dict[str, Any], profile: str = "h200") -> dict[str, Any]:
+    """The parameters notebook ``name`` runs with on an H200 profile (``h200``, or e.g. ``h200-decode-2026-11``, the
+    Study 06 run before issue 35), ``extra`` on top."""
+    return resolved_parameters(NOTEBOOKS_DIR / f"{name}.ipynb", load_profile(profile), extra)
 
 
 @pytest.fixture(scope="session")
@@ -37,20 +38,20 @@ def h200_store(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def h200_study(h200_store) -> Callable[..., tuple[Any, dict, list]]:
-    """``load(notebook_stem, **parameter_overrides) -> (results, summary, rows)``: the study on the H200 profile's
-    parameters, run on the committed store under ``FP8LAB_STORE_ONLY`` (never an engine: what the store lacks is an
+    """``load(notebook_stem, profile="h200", **parameter_overrides) -> (results, summary, rows)``: the study on an H200
+    profile's parameters, run on the committed store under ``FP8LAB_STORE_ONLY`` (never an engine: what the store lacks is an
     error), once per session and arguments."""
     cache: dict[tuple, tuple[Any, dict, list]] = {}
 
-    def load(name: str, **extra: Any) -> tuple[Any, dict, list]:
-        key = (name, tuple(sorted(extra.items())))
+    def load(name: str, profile: str = "h200", **extra: Any) -> tuple[Any, dict, list]:
+        key = (name, profile, tuple(sorted(extra.items())))
         if key not in cache:
             mp = pytest.MonkeyPatch()
             mp.setenv(results.STORE_ONLY_ENV, "1")
             mp.setenv("FP8LAB_RUNS", str(h200_store))
             try:
                 mod = study.load(name)
-                spec = mod.Spec.from_params(_h200_params(name, extra))
+                spec = mod.Spec.from_params(_h200_params(name, extra, profile))
                 res = mod.run(spec, progress=False) if name.startswith("04") else mod.run(spec, store=h200_store)
                 cache[key] = (res, res.summary(), res.rows())
             finally:

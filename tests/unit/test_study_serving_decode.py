@@ -82,6 +82,10 @@ def test_study_06_spec_from_the_profile_is_the_spec_the_notebook_built():
         gpu_groups=p["GPU_GROUPS"],
         env=p["ENV"],
         engine_args=p["ENGINE_ARGS"],
+        engines=p["ENGINES"],  # issue 35: the engine-level replication
+        arms=p["ARMS"],
+        solo_gpu_memory_utilization=p["SOLO_GPU_MEMORY_UTILIZATION"],
+        solo_kv_cache_gib=p["SOLO_KV_CACHE_GIB"],
     )
     assert spec.decode == by_hand and spec_hash(spec.decode.descriptor()) == spec_hash(by_hand.descriptor())
     assert (spec.bandwidth_gbs, spec.records) == (p["BANDWIDTH_GBS"], p["RECORDS"])
@@ -101,7 +105,12 @@ def test_study_06_spec_from_the_profile_is_the_spec_the_notebook_built():
         (s01.NAME, {"FIDELITY_SHAPE": [512, 128]}, "ServingSpec", "fidelity_shape"),
         (s01.NAME, {"BANDWIDTH_GBS": -1.0}, "ServingSpec", "bandwidth_gbs"),
         (s01.NAME, {"SEED": MISSING}, "ServingSpec", "SEED"),
-        (s06.NAME, {"REPS": 2}, "DecodeSpec", "reps"),
+        (s06.NAME, {"REPS": 1}, "DecodeSpec", "reps"),
+        (s06.NAME, {"REPS": 2, "ENGINES": 1}, "DecodeSpec", "reps"),  # one engine per dtype: its repetitions, 3+
+        (s06.NAME, {"ENGINES": 0}, "DecodeSpec", "engines"),
+        (s06.NAME, {"ARMS": ["colocated", "nearby"]}, "DecodeSpec", "arms"),
+        (s06.NAME, {"SOLO_GPU_MEMORY_UTILIZATION": 1.5}, "DecodeSpec", "solo_gpu_memory_utilization"),
+        (s06.NAME, {"ENGINES": MISSING}, "DecodeStudySpec", "ENGINES"),
         (s06.NAME, {"BANDWIDTH_GBS": 0.0}, "DecodeStudySpec", "bandwidth_gbs"),
         (s06.NAME, {"RECORDS": MISSING}, "DecodeStudySpec", "RECORDS"),
     ],
@@ -205,7 +214,8 @@ def test_study_06_results_from_a_stored_run(tmp_path, monkeypatch):
     assert res.run.complete and res.run.run_dir.parent.parent == tmp_path
     assert res.bandwidth["bandwidth_gbs"] == 20.0
     t = res.tables()
-    assert list(t) == ["grid", "capacity", "points", "fits", "crossovers", "roofline", "anchors"]
+    assert list(t) == ["grid", "capacity", "points", "fits", "crossovers", "colocation", "roofline", "anchors"]
+    assert t["colocation"].empty  # one engine per dtype, one arm: nothing to compare
     assert list(t["points"].context_len) == list(CTX) and list(t["anchors"].source) == [decode.ANCHORS[0]["source"]]
     (cross,) = t["crossovers"].to_dict("records")
     assert cross["status"] == "in_grid" and cross["context_len"] == pytest.approx(200, rel=0.05)
