@@ -27,7 +27,7 @@ def test_every_dtype_vllm_accepts_has_a_row_with_a_status_and_a_cause(nb08):
     params, s = nb08
     allowed = kvformats.allowed_kv_dtypes()[0]
     variants = [f"{d}+skip{'-'.join(layers)}" for d, layers in params["SKIP_LAYER_VARIANTS"]]
-    assert list(s["rows"]) == [*allowed, *variants] and s["n_rows"] == len(allowed) + len(variants)
+    assert set(s["rows"]) == {*allowed, *variants} and s["n_rows"] == len(allowed) + len(variants)  # JSON sorts keys
     assert s["complete"] is True and s["n_started"] + s["n_refused"] + s["n_crashed"] == s["n_rows"]
     for label, r in s["rows"].items():
         assert r["status"] in {"started", "refused", "crashed"}, label
