@@ -167,9 +167,12 @@ def measure(spec: dict[str, Any], row: dict[str, Any], out: Path, log: Path) -> 
         rec.update(status="refused", phase="start", cause=cause, failure=classify_failure(cause + "\n" + msg))
         return rec
     rec.update(status="started", engine_facts=facts)
-    try:
+    try:  # what the engine reports about itself; a vLLM whose objects differ leaves the probe out, not the row
         probe = llm.collective_rpc(engine_probe)
         rec["probe"] = probe[0] if probe else None
+    except Exception as exc:  # noqa: BLE001
+        rec["probe_error"] = f"{type(exc).__name__}: {exc}"
+    try:
         vocab = int(llm.llm_engine.vllm_config.model_config.get_vocab_size())
         rec["phase"] = "quality"
         rec["quality"] = quality(llm, spec, vocab)
