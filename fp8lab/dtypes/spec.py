@@ -16,6 +16,8 @@ from fp8lab.specs import EngineSpec, check_bool, check_float, check_int, check_m
 STUDY = "08_kv_dtype_matrix"
 PROTOCOL = 1
 NAME = "MatrixSpec"
+#: What a started row measures after its start and probe (``measure``: any of these; none: start and capacity only).
+PHASES = ("quality", "prefix", "decode")
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,8 @@ class MatrixSpec:
     (its own process), ``kv_cache_gib`` of KV each, prefix caching on. Per started row: ``quality_prompts`` prompts
     of ``quality_prompt_tokens`` seeded token ids (teacher-forced logprobs, ``quality_gen_tokens`` greedy tokens),
     one prefix-cache check with the pool full, decode step times at ``decode_contexts`` (``decode_tokens`` steps,
-    ``decode_reps`` repetitions, median)."""
+    ``decode_reps`` repetitions, median); ``measure`` names which of these three a started row runs (an empty list:
+    the start, the engine's probe and its capacity only)."""
 
     model: str
     kv_cache_gib: float = 0.01
@@ -47,6 +50,7 @@ class MatrixSpec:
     decode_contexts: tuple[int, ...] = (128, 512)
     decode_tokens: int = 8
     decode_reps: int = 3
+    measure: tuple[str, ...] = PHASES
     enforce_eager: bool = True
     gpu_memory_utilization: float = 0.9
     tensor_parallel_size: int = 1
@@ -89,6 +93,10 @@ class MatrixSpec:
             raise SpecError(NAME, "decode_contexts", self.decode_contexts, "one context length or more")
         for c in self.decode_contexts:
             check_int(NAME, "decode_contexts", c, 1, self.max_model_len - self.decode_tokens - 1)
+        object.__setattr__(self, "measure", tuple(self.measure))
+        for m in self.measure:
+            if m not in PHASES:
+                raise SpecError(NAME, "measure", m, "any of " + " | ".join(PHASES) + " (none: start and capacity only)")
         check_bool(NAME, "enforce_eager", self.enforce_eager)
         check_float(NAME, "gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, lo_open=True)
         check_int(NAME, "tensor_parallel_size", self.tensor_parallel_size, 1, 64)

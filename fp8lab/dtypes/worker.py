@@ -174,12 +174,16 @@ def measure(spec: dict[str, Any], row: dict[str, Any], out: Path, log: Path) -> 
         rec["probe_error"] = f"{type(exc).__name__}: {exc}"
     try:
         vocab = int(llm.llm_engine.vllm_config.model_config.get_vocab_size())
-        rec["phase"] = "quality"
-        rec["quality"] = quality(llm, spec, vocab)
-        rec["phase"] = "prefix"
-        rec["prefix"] = prefix_full_pool(llm, spec, vocab, facts["num_blocks"], facts["block_size"])
-        rec["phase"] = "decode"
-        rec["decode"] = decode_times(llm, spec, vocab)
+        todo = spec.get("measure", ("quality", "prefix", "decode"))
+        if "quality" in todo:
+            rec["phase"] = "quality"
+            rec["quality"] = quality(llm, spec, vocab)
+        if "prefix" in todo:
+            rec["phase"] = "prefix"
+            rec["prefix"] = prefix_full_pool(llm, spec, vocab, facts["num_blocks"], facts["block_size"])
+        if "decode" in todo:
+            rec["phase"] = "decode"
+            rec["decode"] = decode_times(llm, spec, vocab)
         rec["phase"] = "done"
     except BaseException as exc:  # noqa: BLE001 - a crash mid-run is recorded with where it happened
         print(traceback.format_exc(), file=sys.stderr, flush=True)

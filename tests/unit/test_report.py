@@ -52,8 +52,7 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
         "RANDOM_TOKEN_LENGTHS",
         "KV_DTYPES",
         "START_ANYWAY",  # Study 08: the engine started only to show its own refusal
-        "DECODE_CONTEXTS",
-        "DECODE_REPS",
+        "MEASURE",  # Study 08: start and capacity only
     }
     changed = {
         (nb, k)
