@@ -3,7 +3,10 @@
 ``fp8lab estimate PATH --kv-dtype auto|fp8 [--json]``: the KV-cache calculator (no torch, no vLLM).
 ``fp8lab run [--profile NAME] [--out DIR] [notebooks...]``: execute the studies headlessly and write
 HTML reports, ``index.html`` and ``summary.json``.
-``fp8lab doctor [--model DIR] [--json]``: which KV dtypes run natively here, and why not (:mod:`fp8lab.capability`).
+``fp8lab doctor [--model DIR] [--json] [--probe]``: which KV dtypes run natively here, and why not
+(:mod:`fp8lab.capability`), and every KV format the installed vLLM accepts: starts here or why not
+(:mod:`fp8lab.dtypes.doctor`: a stored Study 08 run of this machine, else vLLM's own answer; ``--probe`` starts one
+small engine per format that answer does not refuse).
 ``fp8lab model [--check] [--gguf PATH] [--force] [--path]``: make (or check) the real model, SmolLM2-135M-Instruct,
 in its cache folder (:mod:`fp8lab.realmodel`; ``MODEL: smollm2-135m-instruct`` names it).
 """
@@ -92,10 +95,13 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from fp8lab.capability import format_report, report
+    from fp8lab.dtypes.doctor import format_matrix, machine_matrix
     from fp8lab.specs import resolve_model
 
-    rep = report(resolve_model(args.model) if args.model else None)
-    print(json.dumps(rep, indent=2) if args.json else format_report(rep))
+    model = resolve_model(args.model) if args.model else None
+    rep = report(model)
+    rep["kv_formats"] = machine_matrix(model, probe=args.probe)
+    print(json.dumps(rep, indent=2) if args.json else format_report(rep) + "\n" + format_matrix(rep["kv_formats"]))
     return 0
 
 
@@ -147,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="which KV dtypes the installed vLLM runs natively on this device, and why not")
     doc.add_argument("--model", help="a model folder: its head_dim is checked too (CPU FP8 needs head_dim % 32 == 0)")
     doc.add_argument("--json", action="store_true")
+    doc.add_argument(
+        "--probe",
+        action="store_true",
+        help="start one small engine per KV format vLLM's answer does not refuse (Study 08 on the model; minutes)",
+    )
     doc.set_defaults(func=cmd_doctor)
 
     from fp8lab import realmodel

@@ -9,6 +9,12 @@ token of one sequence over all layers (per TP rank when ``--tp`` > 1; ``auto`` =
 ``torch_dtype``). ``--memory-gib`` is the KV budget per GPU rank (what vLLM gets after weights and
 activations), and adds blocks, capacity in tokens and, with ``--context-len``, max concurrency.
 Bad input prints one line on stderr naming the field, the value and what is allowed, and exits 2.
+
+``--kv-dtype`` takes any ``kv_cache_dtype`` the installed vLLM accepts (asked once per installation in a
+subprocess, :func:`fp8lab.kvformats.check_kv_dtype`; this process never imports vLLM); without vLLM, any format the
+calculator knows (:data:`fp8lab.kvformats.FORMATS`). A name vLLM accepts but the calculator has no byte rule for is
+an "unknown format" error, never a guess. ``--skip-layers`` is vLLM's ``kv_cache_dtype_skip_layers`` (layers kept in
+the model dtype).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, overload
 
 from fp8lab import kvmath
 from fp8lab.errors import SpecError
+from fp8lab.kvformats import check_kv_dtype, known_format, skipped_layers
 
 EXIT_BAD_INPUT = 2
 
@@ -33,7 +40,14 @@ def add_estimate_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("path", help="a config.json, a model folder holding one, or a name in data/configs")
     p.add_argument(
-        "--kv-dtype", default="auto", help="auto | fp8 | fp8_e4m3 | fp8_e5m2 | bfloat16 | float16 (default: auto)"
+        "--kv-dtype",
+        default="auto",
+        help="a kv_cache_dtype of the installed vLLM (without vLLM: a format the calculator knows; default: auto)",
+    )
+    p.add_argument(
+        "--skip-layers",
+        default="",
+        help="vLLM's kv_cache_dtype_skip_layers, comma-separated: layer indices or sliding_window (kept as auto)",
     )
     p.add_argument("--tp", default="1", help="tensor-parallel size; figures are per GPU rank (default: 1)")
     p.add_argument("--block-size", default="16", help="tokens per KV block (default: 16, vLLM's GPU default)")
@@ -90,8 +104,11 @@ def estimate(
     context_len: int | None = None,
     memory_gib: float | None = None,
     hybrid_kv_cache_manager: bool = True,
+    skip_layers: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The figures ``fp8lab estimate`` prints, as a dict (bytes, tokens; per TP rank)."""
+    check_kv_dtype("estimate", "kv_dtype", kv_dtype)
+    fmt = known_format(kv_dtype, "estimate")
     cfg_file = kvmath.config_path(path)
     lay = kvmath.load_layout(cfg_file)
     limit, source = kvmath.model_max_len(cfg_file)
@@ -102,14 +119,17 @@ def estimate(
             context_len,
             f"an integer in [1, {limit:,}]: the model's limit ({source} in {cfg_file})",
         )
-    per_token = kvmath.kv_bytes_per_token(lay, kv_dtype, tp)
+    sk = {"skip_layers": skip_layers}
+    per_token = kvmath.kv_bytes_per_token(lay, kv_dtype, tp, **sk)
     out: dict[str, Any] = {
         "model": lay.name,
         "config": str(cfg_file),
         "model_type": lay.model_type,
         "torch_dtype": lay.torch_dtype,
         "kv_dtype": kv_dtype,
-        "kv_dtype_bytes": kvmath.dtype_bytes(kv_dtype, lay.torch_dtype),
+        "kv_dtype_bytes": kvmath.dtype_bytes(kv_dtype, lay.torch_dtype) if fmt.rule in ("model", "dense") else None,
+        "kv_scales": fmt.scales,
+        "layers_kept_auto": sorted(skipped_layers(kv_dtype, lay.num_layers, lay.layer_kinds, skip_layers)),
         "tp": tp,
         "num_layers": lay.num_layers,
         "attention": lay.kind_counts,
@@ -121,9 +141,9 @@ def estimate(
         "kv_bytes_per_token": per_token,
         "kv_bytes_per_token_all_ranks": per_token * tp,
         "block_size": block_size,
-        "page_bytes": kvmath.page_bytes(lay, block_size, kv_dtype, tp),
+        "page_bytes": kvmath.page_bytes(lay, block_size, kv_dtype, tp, **sk),
         "hybrid_kv_cache_manager": hybrid_kv_cache_manager,
-        "bytes_per_block": kvmath.bytes_per_block(lay, block_size, kv_dtype, tp, hybrid_kv_cache_manager),
+        "bytes_per_block": kvmath.bytes_per_block(lay, block_size, kv_dtype, tp, hybrid_kv_cache_manager, **sk),
     }
     if lay.is_mla:
         out["mla"] = {"kv_lora_rank": lay.kv_lora_rank, "qk_rope_head_dim": lay.qk_rope_head_dim}
@@ -133,16 +153,16 @@ def estimate(
         out["approx_weight_bytes"] = None  # the KV figures do not need the weights
     if context_len is not None:
         out["context_len"] = context_len
-        out["kv_bytes_per_sequence"] = kvmath.kv_bytes_per_sequence(lay, context_len, kv_dtype, tp)
+        out["kv_bytes_per_sequence"] = kvmath.kv_bytes_per_sequence(lay, context_len, kv_dtype, tp, **sk)
     if memory_gib is not None:
         budget = int(memory_gib * kvmath.GIB)
-        blocks = kvmath.predict_num_blocks(lay, budget, block_size, kv_dtype, tp, hybrid_kv_cache_manager)
+        blocks = kvmath.predict_num_blocks(lay, budget, block_size, kv_dtype, tp, hybrid_kv_cache_manager, **sk)
         out.update(
             memory_gib=memory_gib, kv_budget_bytes=budget, num_blocks=blocks, capacity_tokens=blocks * block_size
         )
         if context_len is not None:
-            out["max_concurrency"] = kvmath.max_concurrency(
-                lay, budget, context_len, block_size, kv_dtype, tp, hybrid_kv_cache_manager
+            out["max_concurrency"] = blocks // kvmath.blocks_per_sequence(
+                lay, context_len, block_size, hybrid_kv_cache_manager
             )
             if out["max_concurrency"] == 0:
                 out["warning"] = (
@@ -196,6 +216,7 @@ def run_estimate(args: argparse.Namespace) -> int:
             context_len=_int_arg("context_len", args.context_len),
             memory_gib=_float_arg("memory_gib", args.memory_gib),
             hybrid_kv_cache_manager=not args.disable_hybrid_kv_cache_manager,
+            skip_layers=tuple(x.strip() for x in args.skip_layers.split(",") if x.strip()),
         )
     except SpecError as exc:
         print(f"fp8lab estimate: error: {exc}", file=sys.stderr)

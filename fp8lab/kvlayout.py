@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeGuard, get_args, overload
 
+from fp8lab.kvformats import FORMATS
 from fp8lab.specs import SpecError
 
 GIB = 1 << 30
@@ -29,9 +30,10 @@ AttentionKind = Literal["full", "sliding", "mla"]
 TORCH_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
     {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
 )
-#: Bytes per element of each explicit ``kv_cache_dtype`` (``auto`` is resolved from the model dtype).
+#: Bytes per element of each dense explicit ``kv_cache_dtype`` the calculator knows (``auto`` is resolved from the
+#: model dtype; packed formats have no one width): derived from :data:`fp8lab.kvformats.FORMATS`.
 KV_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
-    {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
+    {n: f.elem_bytes for n, f in FORMATS.items() if f.rule == "dense" and f.elem_bytes is not None}
 )
 
 

@@ -11,7 +11,10 @@ Sources of the formulas
       page = block_size * num_kv_heads_per_rank * (head_size + head_size_v) * dtype_bytes
 
   ``dtype_bytes`` is 2 for ``kv_cache_dtype="auto"`` on a bf16/fp16 model and 1 for ``fp8*`` (stored as
-  uint8; per-tensor scales are per-layer scalars and add no bytes per token).
+  uint8; per-tensor scales are per-layer scalars and add no bytes per token). Packed formats (per-token-head
+  scales, TurboQuant, NVFP4, ...) replace ``(head_size + head_size_v) * dtype_bytes`` by their slot bytes, and
+  TurboQuant keeps boundary layers in the model dtype: :mod:`fp8lab.kvformats` has every rule and its source;
+  a name without a rule is an "unknown format" error, never a guess.
 - Block count, vLLM ``vllm/v1/core/kv_cache_utils.py`` (``get_kv_cache_config_from_groups``)::
 
       num_blocks = available_bytes // bytes_per_block
@@ -39,8 +42,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, get_args
+from typing import Any
 
+from fp8lab.kvformats import known_format, skipped_layers, slot_bytes
 from fp8lab.kvlayout import (
     GIB,
     KV_DTYPE_BYTES,
@@ -60,7 +64,7 @@ from fp8lab.kvlayout import (
     text_config,
 )
 from fp8lab.kvweights import WEIGHT_DTYPE_BYTES, estimate_param_bytes, estimate_param_count
-from fp8lab.specs import KVDtype, SpecError
+from fp8lab.specs import SpecError
 
 # --------------------------------------------------------------------------------------------------
 # Bytes per token and per sequence
@@ -68,18 +72,21 @@ from fp8lab.specs import KVDtype, SpecError
 
 
 def dtype_bytes(kv_dtype: str, torch_dtype: str | None) -> int:
-    """Bytes per cached element for ``kv_cache_dtype`` ``kv_dtype`` on a model of dtype ``torch_dtype``.
+    """Bytes per cached element for ``kv_cache_dtype`` ``kv_dtype`` on a model of dtype ``torch_dtype``
+    (a dense format; a packed one, :func:`fp8lab.kvformats.slot_bytes`, raises: it has no one width).
 
     ``"auto"`` stores K/V in the model dtype (bf16/fp16 -> 2, fp32 -> 4); ``"fp8"``, ``"fp8_e4m3"`` and
     ``"fp8_e5m2"`` -> 1; ``"bfloat16"``/``"float16"`` -> 2 (vLLM ``utils/torch_utils.py``,
     ``STR_DTYPE_TO_TORCH_DTYPE``). Note: vLLM's *model* ``dtype="auto"`` runs a float32 checkpoint in
     bf16/fp16, so its "auto" cache is then 2 bytes; pass ``kv_dtype="bfloat16"`` to model that.
     """
-    allowed = get_args(KVDtype)
-    if kv_dtype not in allowed:
-        raise SpecError("kvmath", "kv_dtype", kv_dtype, "allowed: " + " | ".join(allowed))
-    if kv_dtype != "auto":
-        return KV_DTYPE_BYTES[kv_dtype]
+    fmt = known_format(kv_dtype)
+    if fmt.rule == "dense":
+        return fmt.elem_bytes  # type: ignore[return-value]
+    if fmt.rule != "model":
+        raise SpecError(
+            "kvmath", "kv_dtype", kv_dtype, "a dense format for bytes per element (a packed format has none)"
+        )
     if torch_dtype is None:
         raise SpecError(
             "config",
@@ -105,39 +112,51 @@ def kv_heads_per_rank(layout: KVLayout, tp: int = 1) -> int:
     return max(1, kv // tp)
 
 
-def layer_bytes_per_token(layout: LayoutLike, layer: int, kv_dtype: str = "auto", tp: int = 1) -> int:
+def layer_bytes_per_token(
+    layout: LayoutLike, layer: int, kv_dtype: str = "auto", tp: int = 1, *, skip_layers: Iterable[str] = ()
+) -> int:
     """Bytes one token occupies in layer ``layer`` on one TP rank:
-    ``kv_heads_per_rank * (head_dim + v_head_dim) * dtype_bytes`` (= ``2 * kv * head_dim * b`` for standard
-    attention, ``(kv_lora_rank + qk_rope_head_dim) * b`` for MLA)."""
+    ``kv_heads_per_rank * slot_bytes`` (dense formats: ``(head_dim + v_head_dim) * dtype_bytes``, so
+    ``2 * kv * head_dim * b`` for standard attention, ``(kv_lora_rank + qk_rope_head_dim) * b`` for MLA; packed
+    formats: :func:`fp8lab.kvformats.slot_bytes`). A layer vLLM keeps in the model dtype (TurboQuant's boundary
+    layers, ``skip_layers`` = ``kv_cache_dtype_skip_layers``) costs ``auto`` bytes."""
     lay = load_layout(layout)
     if not (_is_int(layer) and 0 <= layer < lay.num_layers):
         raise SpecError("kvmath", "layer", layer, f"an integer in [0, {lay.num_layers - 1}]")
-    return kv_heads_per_rank(lay, tp) * (lay.head_dim + lay.v_head_dim) * dtype_bytes(kv_dtype, lay.torch_dtype)
+    return _layers(lay, kv_dtype, tp, skip_layers)[layer]
 
 
-def _per_layer(lay: KVLayout, kv_dtype: str, tp: int) -> int:
-    # Every layer of a layout has the same heads and head sizes, so one layer's bytes serve for all.
-    return kv_heads_per_rank(lay, tp) * (lay.head_dim + lay.v_head_dim) * dtype_bytes(kv_dtype, lay.torch_dtype)
+def _layers(lay: KVLayout, kv_dtype: str, tp: int, skip_layers: Iterable[str] = ()) -> tuple[int, ...]:
+    """Bytes per token of every layer on one rank (every layer has the same heads and head sizes; a skipped layer
+    is stored as ``auto``)."""
+    kvr = kv_heads_per_rank(lay, tp)
+    skipped = skipped_layers(kv_dtype, lay.num_layers, lay.layer_kinds, skip_layers)
+    model_bytes = TORCH_DTYPE_BYTES[_norm_dtype(lay.torch_dtype)] if lay.torch_dtype is not None else None  # type: ignore[index]
+    quant = slot_bytes(kv_dtype, lay.head_dim, lay.v_head_dim, model_bytes)
+    auto = slot_bytes("auto", lay.head_dim, lay.v_head_dim, model_bytes) if skipped else quant
+    return tuple(kvr * (auto if i in skipped else quant) for i in range(lay.num_layers))
 
 
-def kv_bytes_per_token(layout: LayoutLike, kv_dtype: str = "auto", tp: int = 1) -> int:
+def kv_bytes_per_token(
+    layout: LayoutLike, kv_dtype: str = "auto", tp: int = 1, *, skip_layers: Iterable[str] = ()
+) -> int:
     """Bytes of KV cache for one token of one sequence, summed over all layers, on one TP rank
     (for ``tp=1`` the model total). Sliding-window layers count too: this is the cost of a token
     that is still inside every window."""
-    lay = load_layout(layout)
-    return lay.num_layers * _per_layer(lay, kv_dtype, tp)
+    return sum(_layers(load_layout(layout), kv_dtype, tp, skip_layers))
 
 
-def kv_bytes_per_sequence(layout: LayoutLike, context_len: int, kv_dtype: str = "auto", tp: int = 1) -> int:
+def kv_bytes_per_sequence(
+    layout: LayoutLike, context_len: int, kv_dtype: str = "auto", tp: int = 1, *, skip_layers: Iterable[str] = ()
+) -> int:
     """Bytes of KV cache one sequence of ``context_len`` tokens needs on one TP rank, counting
     ``min(context_len, sliding_window)`` tokens in sliding-window layers (an ideal ring buffer; vLLM
     frees whole blocks only, so it holds up to one block more per sliding layer)."""
     lay = load_layout(layout)
     _need_int(context_len, "context_len")
-    per_layer = _per_layer(lay, kv_dtype, tp)
     total = 0
     window = lay.sliding_window  # an int whenever a layer slides (KVLayout checks it)
-    for kind in lay.layer_kinds:
+    for kind, per_layer in zip(lay.layer_kinds, _layers(lay, kv_dtype, tp, skip_layers), strict=True):
         tokens = min(context_len, window) if kind == "sliding" and window is not None else context_len
         total += tokens * per_layer
     return total
@@ -148,12 +167,14 @@ def kv_bytes_per_sequence(layout: LayoutLike, context_len: int, kv_dtype: str = 
 # --------------------------------------------------------------------------------------------------
 
 
-def page_bytes(layout: LayoutLike, block_size: int = 16, kv_dtype: str = "auto", tp: int = 1) -> int:
+def page_bytes(
+    layout: LayoutLike, block_size: int = 16, kv_dtype: str = "auto", tp: int = 1, *, skip_layers: Iterable[str] = ()
+) -> int:
     """Bytes of one block of ``block_size`` tokens across *all* layers on one TP rank:
     ``sum over layers of block_size * num_kv_heads_per_rank * (head_dim + v_head_dim) * dtype_bytes``
     (vLLM ``AttentionSpec.page_size_bytes`` summed over layers)."""
     _need_int(block_size, "block_size")
-    return block_size * kv_bytes_per_token(layout, kv_dtype, tp)
+    return block_size * kv_bytes_per_token(layout, kv_dtype, tp, skip_layers=skip_layers)
 
 
 def kv_cache_groups(layout: LayoutLike, hybrid_kv_cache_manager: bool = True) -> tuple[tuple[int, ...], ...]:
@@ -183,14 +204,29 @@ def kv_cache_groups(layout: LayoutLike, hybrid_kv_cache_manager: bool = True) ->
 
 
 def bytes_per_block(
-    layout: LayoutLike, block_size: int = 16, kv_dtype: str = "auto", tp: int = 1, hybrid_kv_cache_manager: bool = True
+    layout: LayoutLike,
+    block_size: int = 16,
+    kv_dtype: str = "auto",
+    tp: int = 1,
+    hybrid_kv_cache_manager: bool = True,
+    *,
+    skip_layers: Iterable[str] = (),
 ) -> int:
     """Bytes one block id costs in vLLM's pool: the page bytes of the layers in the largest KV-cache group
-    (= :func:`page_bytes` for a model with one attention kind). Alignment padding is not modelled."""
+    (= :func:`page_bytes` for a model with one attention kind; with layers of different page sizes in that one
+    group, their sum: vLLM ``UniformTypeKVCacheSpecs.page_size_bytes``). Alignment padding is not modelled; a hybrid
+    model whose groups' pages differ (TurboQuant or skip layers on a sliding + full model) is an error: vLLM
+    pads those pages and that is not modelled."""
     lay = load_layout(layout)
     _need_int(block_size, "block_size")
-    largest = max(len(g) for g in kv_cache_groups(lay, hybrid_kv_cache_manager))
-    return largest * block_size * _per_layer(lay, kv_dtype, tp)
+    per_layer = _layers(lay, kv_dtype, tp, skip_layers)
+    groups = kv_cache_groups(lay, hybrid_kv_cache_manager)
+    pages = {block_size * sum(per_layer[i] for i in g) for g in groups}
+    if len(groups) > 1 and len(set(per_layer)) > 1:
+        raise SpecError(
+            "kvmath", "kv_dtype", kv_dtype, "a format whose layers share one page size on a hybrid model (not modelled)"
+        )
+    return max(pages)
 
 
 def predict_num_blocks(
@@ -200,12 +236,16 @@ def predict_num_blocks(
     kv_dtype: str = "auto",
     tp: int = 1,
     hybrid_kv_cache_manager: bool = True,
+    *,
+    skip_layers: Iterable[str] = (),
 ) -> int:
     """Number of KV blocks vLLM allocates from ``kv_budget_bytes`` of KV memory on each rank:
     ``kv_budget_bytes // bytes_per_block`` (``= budget // page_bytes`` for a model with one attention kind;
     vLLM ``get_kv_cache_config_from_groups``)."""
     _need_int(kv_budget_bytes, "kv_budget_bytes", 0)
-    return kv_budget_bytes // bytes_per_block(layout, block_size, kv_dtype, tp, hybrid_kv_cache_manager)
+    return kv_budget_bytes // bytes_per_block(
+        layout, block_size, kv_dtype, tp, hybrid_kv_cache_manager, skip_layers=skip_layers
+    )
 
 
 def capacity_tokens(
@@ -215,11 +255,16 @@ def capacity_tokens(
     kv_dtype: str = "auto",
     tp: int = 1,
     hybrid_kv_cache_manager: bool = True,
+    *,
+    skip_layers: Iterable[str] = (),
 ) -> int:
     """KV capacity in tokens: ``num_blocks * block_size``. For a model with several KV-cache groups
     (hybrid manager) these are token slots of the shared pool: every group takes its own blocks for a
     sequence, so a sequence uses more than one slot per token (see :func:`max_concurrency`)."""
-    return predict_num_blocks(layout, kv_budget_bytes, block_size, kv_dtype, tp, hybrid_kv_cache_manager) * block_size
+    blocks = predict_num_blocks(
+        layout, kv_budget_bytes, block_size, kv_dtype, tp, hybrid_kv_cache_manager, skip_layers=skip_layers
+    )
+    return blocks * block_size
 
 
 def blocks_per_sequence(
@@ -312,7 +357,7 @@ def layer_rows(layout: LayoutLike, kv_dtypes: Iterable[str] = ("auto", "fp8"), t
     lay = load_layout(layout)
     rows = []
     for dt in kv_dtypes:
-        b = dtype_bytes(dt, lay.torch_dtype)
+        b = dtype_bytes(dt, lay.torch_dtype) if known_format(dt).rule in ("model", "dense") else None
         for i, kind in enumerate(lay.layer_kinds):
             rows.append(
                 {

@@ -217,6 +217,21 @@ def key_numbers_from_summary(stem: str, s: dict[str, Any]) -> list[tuple[str, st
             )
         if "capacity_exact" in s:
             rows.append(("KV blocks as the formula predicts", fmt_number(s["capacity_exact"])))
+    elif stem.startswith("08_"):
+        if s.get("n_rows") is not None:
+            rows.append(
+                (
+                    f"KV formats of vLLM {s.get('vllm_version', '?')}: started / refused / crashed here",
+                    f"{s.get('n_started')} / {s.get('n_refused')} / {s.get('n_crashed')} of {s.get('n_rows')}",
+                )
+            )
+            rows.append(("started", ", ".join(s.get("started") or []) or "none"))
+            rows.append(
+                (
+                    "KV blocks as the formula predicts (every format that started)",
+                    fmt_number(s.get("capacity_exact_all")),
+                )
+            )
     elif stem.endswith("claims_audit"):
         counts = s.get("verdict_counts") or {}
         rows.append(("verdicts", ", ".join(f"{v} {k}" for k, v in counts.items()) or None))

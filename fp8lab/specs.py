@@ -18,9 +18,12 @@ from typing import Any, Literal, get_args
 
 from fp8lab import realmodel
 from fp8lab.errors import SpecError
+from fp8lab.kvformats import check_kv_dtype
 from fp8lab.paths import REPO_ROOT
 
-KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"]
+#: A ``kv_cache_dtype`` name. Not a list written here: the names the installed vLLM accepts are checked by
+#: :func:`check_kv_dtype` (:mod:`fp8lab.kvformats`; without vLLM, the formats the KV calculator knows).
+KVDtype = str
 ModelDtype = Literal["auto", "bfloat16", "float16", "float32"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 Client = Literal["stream", "final"]
@@ -189,7 +192,7 @@ class EngineSpec:
         # resolved, not checked: a stored spec.json names the measuring machine's folder, and a store copied to
         # another machine or path must still load (fp8lab.results.load); check_paths() runs before an engine starts
         object.__setattr__(self, "model", resolve_model(self.model))
-        check_choice(self, "kv_cache_dtype", self.kv_cache_dtype, KVDtype)
+        check_kv_dtype(self, "kv_cache_dtype", self.kv_cache_dtype)
         if self.block_size is not None:
             check_choice(self, "block_size", self.block_size, BLOCK_SIZES)
         if self.max_model_len != -1:
@@ -333,6 +336,7 @@ __all__ = [
     "check_file",
     "check_float",
     "check_int",
+    "check_kv_dtype",
     "check_model_folder",
     "check_tokenizer",
     "read_text",

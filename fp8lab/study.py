@@ -136,6 +136,7 @@ STUDIES: dict[str, str] = {
     "05_claims_audit": "fp8lab.audit.study",
     "06_decode_speed": "fp8lab.decode.study",
     "07_prefix_cache": "fp8lab.prefix.study",
+    "08_kv_dtype_matrix": "fp8lab.dtypes.study",
 }
 
 #: The members :func:`check` looks for: on the study, and on its results class (``Results``).

@@ -34,11 +34,11 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from fp8lab.errors import SpecError
+from fp8lab.kvformats import FORMATS
 from fp8lab.paths import TINY_MODEL_NAME
-from fp8lab.specs import KVDtype
 
 #: Studies that write rows (the notebook prefix each belongs to, for readers that go by notebook).
 STUDIES: Mapping[str, str] = {
@@ -169,7 +169,8 @@ class Column:
         return text + (" or None" if self.nullable else "")
 
 
-KV_DTYPES: tuple[str, ...] = get_args(KVDtype)
+#: Every format the KV calculator knows (:data:`fp8lab.kvformats.FORMATS`: every name vLLM 0.26 and 0.32 accept).
+KV_DTYPES: tuple[str, ...] = tuple(FORMATS)
 COLUMNS: tuple[Column, ...] = (
     Column("study", str, allowed=tuple(STUDIES), doc="the study that measured it"),
     Column("metric", str, allowed=tuple(METRICS), doc="what was measured"),

@@ -28,6 +28,7 @@ STUDIES: Mapping[str, str] = {
     "04": "long context (04)",
     "06": "decode speed (06)",
     "07": "prefix cache (07)",
+    "08": "KV dtype matrix (08)",
 }
 
 

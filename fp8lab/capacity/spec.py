@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab import kvmath
-from fp8lab.specs import BLOCK_SIZES, KVDtype, SpecError, check_bool, check_choice, check_float, check_int
+from fp8lab.specs import (
+    BLOCK_SIZES,
+    SpecError,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_kv_dtype,
+)
 
 STUDY = "00_kv_memory"
 NAME = "CapacitySpec"
@@ -79,7 +87,7 @@ class CapacitySpec:
         if isinstance(self.kv_dtypes, (str, bytes)) or not isinstance(self.kv_dtypes, Sequence) or not self.kv_dtypes:
             raise SpecError(NAME, "kv_dtypes", self.kv_dtypes, "a non-empty list; the first is the baseline")
         for d in self.kv_dtypes:
-            check_choice(NAME, "kv_dtypes", d, KVDtype)
+            check_kv_dtype(NAME, "kv_dtypes", d)
         if len(set(self.kv_dtypes)) != len(self.kv_dtypes):
             raise SpecError(NAME, "kv_dtypes", list(self.kv_dtypes), "each kv dtype once")
         object.__setattr__(self, "kv_dtypes", tuple(self.kv_dtypes))

@@ -15,13 +15,13 @@ from fp8lab.engine_schedule import ARMS, EngineSet, abba_schedule
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
-    KVDtype,
     LoadFormat,
     SpecError,
     check_bool,
     check_choice,
     check_float,
     check_int,
+    check_kv_dtype,
 )
 
 STUDY = "06_decode"
@@ -96,7 +96,7 @@ class DecodeSpec:
         if not isinstance(self.kv_dtypes, (list, tuple)) or not self.kv_dtypes:
             raise SpecError("DecodeSpec", "kv_dtypes", self.kv_dtypes, "a non-empty list of KV dtypes")
         for d in self.kv_dtypes:
-            check_choice("DecodeSpec", "kv_dtypes", d, KVDtype)
+            check_kv_dtype("DecodeSpec", "kv_dtypes", d)
         object.__setattr__(self, "kv_dtypes", tuple(self.kv_dtypes))
         object.__setattr__(self, "contexts", _ints("DecodeSpec", "contexts", self.contexts, 16, 10_000_000))
         object.__setattr__(self, "batches", _ints("DecodeSpec", "batches", self.batches, 1, 4096))

@@ -13,13 +13,13 @@ from fp8lab.longdocs import PASSKEY_LABELS, PASSKEY_OUTPUT_TOKENS, InsertKind, P
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
-    KVDtype,
     LoadFormat,
     SpecError,
     check_bool,
     check_choice,
     check_float,
     check_int,
+    check_kv_dtype,
     check_model_folder,
     resolve_model,
 )
@@ -117,7 +117,7 @@ class LongCtxPlan:
                 "LongCtxPlan", "kv_dtypes", self.kv_dtypes, "distinct kv dtypes, the first 'auto' (the baseline)"
             )
         for d in (*self.kv_dtypes, *self.sweep_dtypes):
-            check_choice(self, "kv_dtypes", d, KVDtype)
+            check_kv_dtype(self, "kv_dtypes", d)
         check_int(self, "output_tokens", self.output_tokens, 2, 100_000)
         check_int(self, "requests_per_length", self.requests_per_length, 1, 1000)
         check_int(self, "concurrency", self.concurrency, 1, 100_000)

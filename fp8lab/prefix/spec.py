@@ -16,13 +16,13 @@ from fp8lab.prefix.predict import conversation_blocks
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
-    KVDtype,
     LoadFormat,
     SpecError,
     check_bool,
     check_choice,
     check_float,
     check_int,
+    check_kv_dtype,
 )
 
 STUDY = "07_prefix"
@@ -143,7 +143,7 @@ class PrefixSpec:
                 obj, "kv_dtypes", self.kv_dtypes, "a non-empty list of distinct KV dtypes, the baseline first"
             )
         for d in self.kv_dtypes:
-            check_choice(obj, "kv_dtypes", d, KVDtype)
+            check_kv_dtype(obj, "kv_dtypes", d)
         object.__setattr__(self, "kv_dtypes", tuple(self.kv_dtypes))
         object.__setattr__(self, "workloads", parse_workloads(self.workloads))
         if not isinstance(self.active, (list, tuple)) or not self.active:

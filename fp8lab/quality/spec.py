@@ -18,6 +18,7 @@ from fp8lab.specs import (
     check_file,
     check_float,
     check_int,
+    check_kv_dtype,
     check_model_folder,
     check_tokenizer,
     resolve_model,
@@ -44,7 +45,7 @@ class KVConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not self.label or "/" in self.label:
             raise SpecError("KVConfig", "label", self.label, "a non-empty name without '/'")
-        check_choice(self, "kv_cache_dtype", self.kv_cache_dtype, KVDtype)
+        check_kv_dtype(self, "kv_cache_dtype", self.kv_cache_dtype)
 
     @property
     def is_baseline(self) -> bool:
@@ -124,7 +125,7 @@ class QualitySpec:
         object.__setattr__(self, "kv_dtypes", tuple(self.kv_dtypes))
         object.__setattr__(self, "scale_sets", tuple(str(s) for s in self.scale_sets))
         for d in self.kv_dtypes:
-            check_choice(self, "kv_dtypes", d, KVDtype)
+            check_kv_dtype(self, "kv_dtypes", d)
         check_int(self, "gen_tokens", self.gen_tokens, REPORT_N_TOKENS, 4096)
         check_int(self, "top_k", self.top_k, 1, 20)
         check_int(self, "ppl_windows", self.ppl_windows, 0, 100_000)

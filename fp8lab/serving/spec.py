@@ -13,12 +13,12 @@ from typing import Any, Literal
 
 from fp8lab.specs import (
     EngineSpec,
-    KVDtype,
     SpecError,
     check_bool,
     check_choice,
     check_float,
     check_int,
+    check_kv_dtype,
 )
 from fp8lab.workloads import REPORT_MIX, PromptSource, RequestClass, parse_mix
 
@@ -88,7 +88,7 @@ class ServingPlan:
         setf = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         setf("kv_dtypes", tuple(self.kv_dtypes))
         for d in self.kv_dtypes:
-            check_choice(self, "kv_dtypes", d, KVDtype)
+            check_kv_dtype(self, "kv_dtypes", d)
         if len(set(self.kv_dtypes)) < 2 or len(set(self.kv_dtypes)) != len(self.kv_dtypes):
             raise SpecError(
                 "ServingPlan",

@@ -107,7 +107,7 @@ def test_readable_table(capsys):
     ("argv", "needle"),
     [
         (["does/not/exist"], "path = 'does/not/exist'"),
-        ([QWEN3_8B, "--kv-dtype", "fp9"], "kv_dtype = 'fp9': allowed: auto | fp8"),
+        ([QWEN3_8B, "--kv-dtype", "fp9"], "kv_dtype = 'fp9': the installed vLLM "),
         ([QWEN3_8B, "--tp", "3"], "tp = 3: a divisor or a multiple of num_key_value_heads = 8"),
         ([QWEN3_8B, "--tp", "two"], "tp = 'two': an integer >= 1"),
         ([QWEN3_8B, "--block-size", "0"], "block_size = 0: an integer >= 1"),

@@ -51,6 +51,8 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
         "QUALITY_LENGTH",
         "RANDOM_TOKEN_LENGTHS",
         "KV_DTYPES",
+        "START_ANYWAY",  # Study 08: the engine started only to show its own refusal
+        "MEASURE",  # Study 08: start and capacity only
     }
     changed = {
         (nb, k)

@@ -17,7 +17,7 @@ def model_dir(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value", "allowed"),
     [
-        ("kv_cache_dtype", "fp9", "auto | fp8 | fp8_e4m3 | fp8_e5m2"),
+        ("kv_cache_dtype", "fp9", "auto | float16 | bfloat16 | fp8 | fp8_e4m3 | fp8_e5m2"),
         ("block_size", 24, "allowed: 1 | 8 | 16"),
         ("gpu_memory_utilization", 1.5, "(0.0, 1.0]"),
         ("gpu_memory_utilization", 0.0, "(0.0, 1.0]"),

@@ -40,6 +40,7 @@ def test_every_registered_study_satisfies_the_contract():
         "05_claims_audit",
         "06_decode_speed",
         "07_prefix_cache",
+        "08_kv_dtype_matrix",
     }
     for name in study.STUDIES:
         mod = study.load(name)

@@ -55,8 +55,8 @@ def test_a_good_row_fills_the_nullable_fields_with_none():
         ("value", True, "a finite number"),  # a bool is not a number here
         ("beyond_noise", 1, "True or False or None"),
         ("unit", "furlongs", "one of %"),  # an unknown unit
-        ("kv_dtype", "fp4", "one of auto | fp8"),  # an unknown dtype
-        ("baseline", "int8", "one of auto | fp8"),
+        ("kv_dtype", "fp4", "one of auto | float16 | bfloat16 | fp8 |"),  # an unknown dtype
+        ("baseline", "int8", "one of auto | float16 | bfloat16 | fp8 |"),
         ("study", "throughput", "one of kv_memory | serving"),
         ("metric", "output tok/s @c=8", "one of output_tok_s"),  # a flat summary's key is not a metric
         ("evidence", "h200", "one of gpu | gpu analogue | cpu analogue | computed | unknown"),
