@@ -66,7 +66,70 @@ def engine_prompt_logprobs(auto: list[dict[str, Any]], rows: list[dict[str, Any]
 register_scorer("engine_prompt_logprobs", engine_prompt_logprobs)
 
 
-def score(auto: list[dict[str, Any]], rows: list[dict[str, Any]], scorer: str = "engine_prompt_logprobs") -> dict:
-    """The scorer ``scorer``'s figures, with ``method`` (its words)."""
+CACHE_METHOD = (
+    "through the KV cache: each window's continuation forced token by token after its context (every scored position "
+    "after the first a decode step reading K/V back from the cache; fp8lab.forcing), perplexity and top-1 agreement "
+    "on those positions; greedy decode after the context (divergence); one-pass prompt logprobs beside, as this "
+    "backend's check of whether one prefill sees the quantization"
+)
+
+
+def through_cache(auto: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """:data:`CACHE_METHOD`: ``dppl_pct``, ``top1_agreement``, ``greedy_identical``, ``first_divergence`` from the
+    forced (through-the-cache) scores; ``dppl_one_pass_pct`` the one-pass twin; ``cache_sees`` / ``one_pass_sees``
+    the share of scored positions whose logprob differs from ``auto``'s (:func:`fp8lab.scoring.cache_check`: 0 on a
+    deterministic backend means the scoring did not see the quantization); ``source`` the windows' text."""
+    from fp8lab.scoring import cache_check
+
+    by = {r["prompt"]: r for r in auto if r.get("forced_ok")}
+    pairs = [(by[r["prompt"]], r) for r in rows if r["prompt"] in by and r.get("forced_ok")]
+    if not pairs:
+        return {}
+
+    def ppl(lps: list[float | None]) -> float | None:
+        xs = [x for x in lps if x is not None]
+        return math.exp(-sum(xs) / len(xs)) if xs else None
+
+    flat = lambda key, side: [x for p in pairs for x in p[side][key]]  # noqa: E731
+    ca, cb = flat("cache_logprobs", 0), flat("cache_logprobs", 1)
+    pa, pb = ppl(ca), ppl(cb)
+    oa, ob = ppl(flat("prompt_logprobs", 0)), ppl(flat("prompt_logprobs", 1))
+    agree = [x == y for a, b in pairs for x, y in zip(a["cache_top1"][1:], b["cache_top1"][1:], strict=False)]
+    firsts = []
+    for a, b in pairs:
+        ga, gb = a["greedy"], b["greedy"]
+        firsts.append(next((i for i in range(min(len(ga), len(gb))) if ga[i] != gb[i]), min(len(ga), len(gb))))
+    nan = float("nan")
+    seen = cache_check([nan if x is None else x for x in ca], [nan if x is None else x for x in cb])
+    seen1 = cache_check(
+        [nan if x is None else x for x in flat("prompt_logprobs", 0)],
+        [nan if x is None else x for x in flat("prompt_logprobs", 1)],
+    )
+    return {
+        "ppl_auto": pa,
+        "ppl": pb,
+        "dppl_pct": 100.0 * (pb / pa - 1.0) if pa and pb else None,
+        "dppl_one_pass_pct": 100.0 * (ob / oa - 1.0) if oa and ob else None,
+        "top1_agreement": sum(agree) / len(agree) if agree else None,
+        "greedy_identical": sum(a["greedy"] == b["greedy"] for a, b in pairs) / len(pairs),
+        "first_divergence": sum(firsts) / len(firsts),
+        "cache_sees": seen["frac_differ"],
+        "cache_max_abs_dlogprob": seen["max_abs_dlogprob"],
+        "one_pass_sees": seen1["frac_differ"],
+        "n_prompts": len(pairs),
+        "n_positions": len(agree),
+        "source": pairs[0][1].get("source", ""),
+    }
+
+
+register_scorer("through_cache", through_cache)
+WORDS = {"engine_prompt_logprobs": METHOD, "through_cache": CACHE_METHOD}
+
+
+def score(auto: list[dict[str, Any]], rows: list[dict[str, Any]], scorer: str | None = None) -> dict:
+    """The scorer ``scorer``'s figures, with ``method`` (its words); ``None``: through the cache where the records
+    hold forced scores (this worker's since the forced decode), else the one-pass scorer (older stored runs)."""
+    if scorer is None:
+        scorer = "through_cache" if any("cache_logprobs" in r for r in rows) else "engine_prompt_logprobs"
     out = SCORERS[scorer](auto, rows)
-    return {**out, "method": METHOD if scorer == "engine_prompt_logprobs" else scorer} if out else {}
+    return {**out, "method": WORDS.get(scorer, scorer)} if out else {}

@@ -74,7 +74,8 @@ class Results:
         for v in self.verdict():
             lines.append(f"- **{v.verdict}**: {v.sentence}")
         lines.append(
-            f"- Quality columns (Δppl %, top-1 agreement, greedy identical) rest on: {METHOD}; model {s['model']}."
+            f"- Quality columns (Δppl %, top-1 agreement, greedy identical) rest on: {s.get('quality_method', METHOD)}; "
+            f"model {s['model']}."
         )
         if not gpu:
             lines.append("- Decode ratios here are recorded on a shared CPU without CUDA graphs: not a speed verdict.")

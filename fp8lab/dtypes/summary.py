@@ -45,7 +45,9 @@ def summary(run: MatrixRun, table: Any) -> dict[str, Any]:
         "n_refused": int((table.status == "refused").sum()) if len(table) else 0,
         "n_crashed": int((table.status == "crashed").sum()) if len(table) else 0,
         "capacity_exact_all": bool(exact) and all(exact),
-        "quality_method": METHOD,
+        "quality_method": next((str(m) for m in table.get("quality_method", []) if isinstance(m, str)), METHOD)
+        if len(table)
+        else METHOD,
         "started": [str(x) for x in started.label] if len(started) else [],
     }
     keep = (
@@ -64,6 +66,9 @@ def summary(run: MatrixRun, table: Any) -> dict[str, Any]:
         "dppl_pct",
         "top1_agreement",
         "greedy_identical",
+        "dppl_one_pass_pct",
+        "cache_sees",
+        "one_pass_sees",
     )
     rows: dict[str, Any] = {}
     for rec in table.to_dict("records"):

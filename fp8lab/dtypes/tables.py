@@ -72,7 +72,7 @@ def _predicted(run: MatrixRun, r: dict[str, Any], block_size: int) -> dict[str, 
     }
 
 
-def matrix(run: MatrixRun, scorer: str = "engine_prompt_logprobs") -> Any:
+def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
     """The matrix (pandas DataFrame), one row per matrix row in the spec's order."""
     import pandas as pd
 
@@ -119,7 +119,21 @@ def matrix(run: MatrixRun, scorer: str = "engine_prompt_logprobs") -> Any:
                 row[f"decode_x@{d['context']}"] = d["step_s"] / auto_steps[d["context"]]
         if started and auto is not None and r.get("quality") and auto.get("quality"):
             q = score(auto["quality"], r["quality"], scorer)
-            row.update({k: q.get(k) for k in ("dppl_pct", "top1_agreement", "greedy_identical", "first_divergence")})
+            row.update(
+                {
+                    k: q.get(k)
+                    for k in (
+                        "dppl_pct",
+                        "top1_agreement",
+                        "greedy_identical",
+                        "first_divergence",
+                        "dppl_one_pass_pct",
+                        "cache_sees",
+                        "one_pass_sees",
+                    )
+                }
+            )
+            row["quality_method"] = q.get("method")
         out.append(row)
     return pd.DataFrame(out)
 

@@ -76,23 +76,76 @@ def _ids(rng: Any, vocab: int, n: int) -> list[int]:
     return [int(x) for x in rng.integers(10, vocab - 10, size=n)]
 
 
-def quality(llm: Any, spec: dict[str, Any], vocab: int) -> list[dict[str, Any]]:
-    """Per quality prompt (seeded token ids): greedy tokens, the prompt's teacher-forced logprobs of the actual next
-    token and the top-1 token at each position."""
+def _quality_windows(spec: dict[str, Any], model: str, vocab: int) -> tuple[str, list[list[int]]]:
+    """The quality windows (``quality_prompt_tokens`` of context + ``quality_gen_tokens`` scored), with where they
+    come from: real held-out text in the model's own tokenizer (:func:`fp8lab.longdocs.document_ids`, a different
+    place of the document per window) where the model has one, else seeded random token ids (a dummy-weights or
+    tokenizer-less model, where text means nothing)."""
     import numpy as np
 
-    rng = np.random.default_rng(spec["seed"] + 8)
-    prompts = [_ids(rng, vocab, spec["quality_prompt_tokens"]) for _ in range(spec["quality_prompts"])]
-    outs = _gen(llm, prompts, _params(spec["quality_gen_tokens"], logprobs=1, prompt_logprobs=1))
+    n, ctx, gen = spec["quality_prompts"], spec["quality_prompt_tokens"], spec["quality_gen_tokens"]
+    try:
+        from fp8lab.longdocs import document_ids
+
+        return "held-out text", [list(document_ids(model, ctx + gen, offset=40_009 * i)) for i in range(n)]
+    except Exception:  # noqa: BLE001 - no tokenizer for this model: random ids, said so in the record
+        rng = np.random.default_rng(spec["seed"] + 8)
+        return "random token ids", [_ids(rng, vocab, ctx + gen) for _ in range(n)]
+
+
+def _forced_params(cont: list[int]) -> Any:
+    from vllm import SamplingParams
+
+    from fp8lab.scoring import FORCED_KEY
+
+    return SamplingParams(
+        max_tokens=len(cont), temperature=0.0, ignore_eos=True, logprobs=1, extra_args={FORCED_KEY: list(cont)}
+    )
+
+
+def quality(llm: Any, spec: dict[str, Any], vocab: int, model: str = "") -> list[dict[str, Any]]:
+    """Per quality window (context + continuation, :func:`_quality_windows`):
+
+    - ``cache_logprobs`` / ``cache_top1``: the continuation forced token by token (:mod:`fp8lab.forcing`), so every
+      scored position after the first is a decode step reading K/V back from the KV cache (the verdict's method,
+      :mod:`fp8lab.scoring`); ``forced_ok`` whether the engine generated exactly the forced tokens;
+    - ``prompt_logprobs`` / ``top1``: the whole window scored in one prefill (``prompt_logprobs``; whether that reads
+      the cache depends on the backend: the gap between the two is this row's check of it);
+    - ``greedy``: ``quality_gen_tokens`` greedy tokens after the context (divergence reads the cache everywhere)."""
+    source, windows = _quality_windows(spec, model, vocab)
+    ctx = spec["quality_prompt_tokens"]
+    one = _gen(llm, windows, _params(1, prompt_logprobs=1))
+    greedy = _gen(llm, [w[:ctx] for w in windows], _params(spec["quality_gen_tokens"]))
+    forced = llm.generate(
+        [{"prompt_token_ids": w[:ctx]} for w in windows], [_forced_params(w[ctx:]) for w in windows], use_tqdm=False
+    )
     rows = []
-    for i, (p, o) in enumerate(zip(prompts, outs, strict=True)):
+    for i, (w, o, g, f) in enumerate(zip(windows, one, greedy, forced, strict=True)):
         lp, top1 = [], []
-        for t, entry in zip(p[1:], (o.prompt_logprobs or [None])[1:], strict=False):
+        for t, entry in zip(w[1:], (o.prompt_logprobs or [None])[1:], strict=False):
             if entry is None:
                 continue
             lp.append(float(entry[t].logprob) if t in entry else None)
             top1.append(int(min(entry.items(), key=lambda kv: kv[1].rank)[0]))
-        rows.append({"prompt": i, "greedy": list(o.outputs[0].token_ids), "prompt_logprobs": lp, "top1": top1})
+        cont = w[ctx:]
+        out = f.outputs[0]
+        c_lp, c_top1 = [], []
+        for t, entry in zip(cont, out.logprobs or [], strict=False):
+            c_lp.append(float(entry[t].logprob) if t in entry else None)
+            c_top1.append(int(min(entry.items(), key=lambda kv: kv[1].rank)[0]))
+        rows.append(
+            {
+                "prompt": i,
+                "source": source,
+                "context_tokens": ctx,
+                "greedy": list(g.outputs[0].token_ids),
+                "prompt_logprobs": lp,
+                "top1": top1,
+                "cache_logprobs": c_lp,
+                "cache_top1": c_top1,
+                "forced_ok": list(out.token_ids) == list(cont),
+            }
+        )
     return rows
 
 
@@ -157,6 +210,10 @@ def measure(spec: dict[str, Any], row: dict[str, Any], out: Path, log: Path) -> 
     extra: dict[str, Any] = {}
     if row["skip_layers"]:
         extra["kv_cache_dtype_skip_layers"] = list(row["skip_layers"])
+    if "quality" in spec.get("measure", ("quality", "prefix", "decode")):
+        from fp8lab.scoring import FORCING_FQCN
+
+        extra["logits_processors"] = [FORCING_FQCN]  # forced decode: quality scored through the KV cache
     try:
         llm, facts = _start(row["engine"], log, extra)
     except BaseException as exc:  # noqa: BLE001 - a refusal is this row's result
@@ -177,7 +234,7 @@ def measure(spec: dict[str, Any], row: dict[str, Any], out: Path, log: Path) -> 
         todo = spec.get("measure", ("quality", "prefix", "decode"))
         if "quality" in todo:
             rec["phase"] = "quality"
-            rec["quality"] = quality(llm, spec, vocab)
+            rec["quality"] = quality(llm, spec, vocab, row["engine"]["model"])
         if "prefix" in todo:
             rec["phase"] = "prefix"
             rec["prefix"] = prefix_full_pool(llm, spec, vocab, facts["num_blocks"], facts["block_size"])
