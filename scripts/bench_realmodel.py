@@ -2,7 +2,7 @@
 started on it, then a 1,024-token prefill of held-out text with and without ``prompt_logprobs`` (its perplexity too),
 and greedy decode at batch 1 and batch 8. One engine, one run of each: a probe for planning, not a result.
 
-    python scripts/bench_realmodel.py [--kv-dtype auto|fp8] [--json FILE]
+    python scripts/bench_realmodel.py [--kv-dtype auto|fp8] [--dtype auto|float32] [--decode-tokens N] [--json FILE]
 
 Conversion time is not measured here: ``python -m fp8lab.realmodel --force`` prints it.
 """
@@ -20,6 +20,7 @@ import numpy as np
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kv-dtype", default="auto")
+    ap.add_argument("--dtype", default="auto", help="the model's compute dtype: auto (bf16) | float32")
     ap.add_argument("--json", help="write the numbers here too")
     ap.add_argument("--decode-tokens", type=int, default=128)
     args = ap.parse_args()
@@ -46,7 +47,12 @@ def main() -> int:
         ),
     ]
     spec = EngineSpec(
-        model=realmodel.NAME, kv_cache_dtype=args.kv_dtype, kv_cache_gib=0.25, max_model_len=2048, max_num_seqs=8
+        model=realmodel.NAME,
+        dtype=args.dtype,
+        kv_cache_dtype=args.kv_dtype,
+        kv_cache_gib=0.25,
+        max_model_len=2048,
+        max_num_seqs=8,
     )
     t0 = time.perf_counter()
     res = run_engine(spec, phases)
@@ -59,6 +65,8 @@ def main() -> int:
     lp = [x for x in rec.iloc[1].prompt_token_logprobs if x is not None and math.isfinite(x)]
     out = {
         "kv_cache_dtype": args.kv_dtype,
+        "dtype": args.dtype,
+        "decode_tokens": n,
         "engine_start_s": res.engine.get("engine_start_s"),
         "run_engine_total_s": total,
         "prefill1024_logprobs_s": ph["prefill1024_logprobs"]["wall_s"],

@@ -72,6 +72,15 @@ def tiny_model() -> str:
 
 
 @pytest.fixture(scope="session")
+def real_model() -> str:
+    """The real model's checked folder (SmolLM2-135M-Instruct, :mod:`fp8lab.realmodel`): made by
+    ``scripts/setup_cpu.sh``, made here if missing (about 15 s) or failing its manifest check."""
+    from fp8lab import realmodel
+
+    return str(realmodel.ensure())
+
+
+@pytest.fixture(scope="session")
 def runs_root(tmp_path_factory) -> Path:
     """A results store private to this test session."""
     root = tmp_path_factory.mktemp("runs")

@@ -1,7 +1,7 @@
 """The real model (SmolLM2-135M-Instruct, :mod:`fp8lab.realmodel`) as fp8lab converts it: its weights and logits
 against transformers' own GGUF loader, and CPU vLLM answering a chat prompt with it.
 
-The folder is made by ``scripts/setup_cpu.sh``; the ``real_model`` fixture makes it if it is missing (about 15 s).
+The folder is made by ``scripts/setup_cpu.sh``; the ``real_model`` fixture (tests/conftest.py) makes it if missing.
 """
 
 from __future__ import annotations
@@ -30,11 +30,6 @@ CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 # llama.cpp's rotary order differs by far more (asserted below), so the bounds do tell a wrong conversion.
 MAX_ABS_LOGIT = 0.5
 MAX_KL = 0.005
-
-
-@pytest.fixture(scope="module")
-def real_model() -> str:
-    return str(realmodel.ensure())
 
 
 @pytest.fixture(scope="module")

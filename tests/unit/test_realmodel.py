@@ -23,9 +23,9 @@ from fp8lab.specs import EngineSpec, check_model_folder, resolve_model
 
 
 @pytest.fixture(scope="module")
-def made() -> Path:
-    """The converted folder in the user's cache (made once if missing: about 15 s)."""
-    return realmodel.ensure()
+def made(real_model) -> Path:
+    """The converted folder in the user's cache (tests/conftest.py's ``real_model``)."""
+    return Path(real_model)
 
 
 @pytest.fixture()
