@@ -242,3 +242,29 @@ def test_slim_html_keeps_outputs_and_drops_code_and_cdn(slim_html):
     again = Image.open(io.BytesIO(png))
     assert again.mode == "P" and np.array_equal(np.asarray(again.convert("RGB")), np.asarray(im.convert("RGB")))
     assert slim_html.slim(out) == out  # idempotent
+
+
+def test_slim_quality_keeps_the_lists_through_the_cache_scoring_reads(slim_store):
+    """Forced (through the KV cache) Study 03 records keep ``teacher``'s top-k lists and ``task_tf``'s top-1 ids;
+    the perplexity windows' and the greedy outputs' lists go, and every actual token's score stays."""
+    import pyarrow as pa
+
+    phases = ["greedy", "teacher", "teacher_one_pass", "ppl", "ppl_one_pass", "task_tf"]
+    ids, lps = [[[1, 2]] for _ in phases], [[[-0.1, -2.0]] for _ in phases]
+    t = pa.table(
+        {
+            "phase": phases,
+            "output_topk_ids": ids,
+            "output_topk_logprobs": lps,
+            "output_token_logprobs": [[-0.1]] * len(phases),
+            "prompt_topk_ids": ids,
+            "prompt_topk_logprobs": lps,
+        }
+    )
+    out = slim_store.slim_quality(t).to_pydict()
+    kept = {c: [p for p, v in zip(phases, out[c], strict=True) if v is not None] for c in out if c != "phase"}
+    assert kept["output_topk_ids"] == ["teacher", "teacher_one_pass", "ppl_one_pass", "task_tf"]
+    assert kept["output_topk_logprobs"] == ["teacher", "teacher_one_pass", "ppl_one_pass"]
+    assert kept["prompt_topk_ids"] == ["greedy", "teacher", "teacher_one_pass", "task_tf"]
+    assert kept["prompt_topk_logprobs"] == ["greedy", "teacher", "teacher_one_pass"]
+    assert kept["output_token_logprobs"] == phases
