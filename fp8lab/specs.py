@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from fp8lab.errors import SpecError
-from fp8lab.paths import REPO_ROOT
+from fp8lab.paths import REPO_ROOT, runs_dir
 
 KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"]
 ModelDtype = Literal["auto", "bfloat16", "float16", "float32"]
@@ -72,7 +72,11 @@ def check_bool(obj: Any, name: str, value: Any) -> None:
 
 def resolve_model(model: str) -> str:
     """A model given as a path is made absolute (relative paths are tried against the
-    working directory, then the repository root); a hub id is returned unchanged."""
+    working directory, then the repository root; ``<runs>/<path>``, as a run's key names a model folder inside the
+    results store, against this machine's :func:`fp8lab.paths.runs_dir`); a hub id is returned unchanged. What a
+    run's key holds is the model as given (:func:`fp8lab.results.model_ref`), not this absolute path."""
+    if model.startswith("<runs>/"):
+        return str(runs_dir() / model[len("<runs>/") :])
     p = Path(model).expanduser()
     for cand in (p, REPO_ROOT / p):
         if cand.is_dir() or cand.is_file():
