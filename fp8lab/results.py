@@ -8,10 +8,13 @@ columns whose values are exactly float32 as float32, integer lists as narrower i
 (integer ticks of 10**-k s; ``itl_e8``: 10 ns) for ``itl_s``; :func:`read_records`
 gives back float64, int64 and ``itl_s``, so readers see one format. A run whose status is final (ok, oom, unsupported, invalid) is loaded instead of
 re-run; ``timeout`` and ``error`` are retried. Failed runs stay on disk with their reason. The hash (the run's
-cache key, :func:`run_descriptor`) covers the engine spec, driver and phases and also the installed vLLM and torch
-and the engine-side code (:func:`run_versions`): after an upgrade or an engine edit a run is measured anew, while a
-re-render from committed stores (:func:`store_only`) still finds them (:func:`stored_elsewhere`). A stored spec is
-read without checking this machine's paths (they are checked when a run starts), so a store copied elsewhere loads.
+cache key, :func:`run_descriptor`) is what was measured: the model as given (:func:`model_ref`: a path from the
+repository root, a path in the store or a hub id, never where the checkout lies) and what it is (:func:`model_digest`:
+its config and weights), the engine spec, driver and phases, the installed vLLM and torch, the engine-side code and
+the study's own worker (:func:`run_versions`): after an upgrade, an engine edit or new weights a run is measured anew,
+while a re-render from committed stores (:func:`store_only`) still finds runs of other versions
+(:func:`stored_elsewhere`), and a checkout or store copied to another path finds every run. A stored spec is read
+without checking this machine's paths (they are checked when a run starts).
 
 A run folder appears whole or not at all: it is written as a hidden sibling (``.<run_id>.tmp-<pid>``) and
 renamed into place, so a process killed mid-write leaves no half-written run that could be loaded as
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab.engine import Driver, EngineResult, run_engine
-from fp8lab.paths import STORE_ONLY_ENV, runs_dir, store_only
+from fp8lab.paths import REPO_ROOT, STORE_ONLY_ENV, runs_dir, store_only
 from fp8lab.specs import EngineSpec, Phase, Request, spec_hash
 
 FINAL_STATUSES = ("ok", "oom", "unsupported", "invalid")
@@ -55,18 +58,18 @@ def _as_phases(phases: Sequence[Phase] | Sequence[Request]) -> list[Phase]:
     return list(phases)  # type: ignore[arg-type]
 
 
-#: The engine-side code: the files whose change can change what an engine run measures (how the engine is
-#: configured and started, its environment, the drivers that time requests and read vLLM's counters, the FP8
+#: The engine-side code every run shares: the files whose change can change what any engine run measures (how the
+#: engine is configured and started, its environment, the worker that runs :func:`run_cached`'s phases, the FP8
 #: emulation's kernels and formats). Their hash (:func:`engine_code_hash`) is part of every run's cache key, so
-#: after an edit to any of them a normal run measures anew instead of loading a run the old code measured.
-#: Left out on purpose: the specs and workloads (already in the key as data), the analysis, plots and reports
-#: (they read records, they do not make them). Add a file here when engine runs start depending on it.
+#: after an edit to any of them a normal run measures anew instead of loading a run the old code measured. A study
+#: with a worker of its own (``serving_worker``, ``decode_worker``, ``prefix_worker``) passes it as ``code`` to
+#: :func:`run_versions`: it is hashed into that study's runs only (``study_code``), so editing one study's worker
+#: re-measures that study and no other. Left out on purpose: the specs and workloads (already in the key as data),
+#: the analysis, plots and reports (they read records, they do not make them). Add a file here when every engine
+#: run starts depending on it.
 ENGINE_CODE_FILES = (
     "engine.py",
     "engine_worker.py",
-    "serving_worker.py",
-    "decode_worker.py",
-    "prefix_worker.py",
     "fp8emu.py",
     "fp8formats.py",
     "devices.py",
@@ -75,8 +78,9 @@ ENGINE_CODE_FILES = (
 
 
 def engine_code_hash(files: Sequence[str | Path] | None = None) -> str:
-    """12 hex digits of SHA-256 over :data:`ENGINE_CODE_FILES` (name and content, line endings normalised, so a
-    checkout with CRLF hashes the same); a missing file counts as missing, not as an error."""
+    """12 hex digits of SHA-256 over ``files`` (default :data:`ENGINE_CODE_FILES`; names relative to the package)
+    (name and content, line endings normalised, so a checkout with CRLF hashes the same); a missing file counts as
+    missing, not as an error."""
     pkg = Path(__file__).parent
     h = hashlib.sha256()
     for f in files if files is not None else ENGINE_CODE_FILES:
@@ -90,21 +94,135 @@ def engine_code_hash(files: Sequence[str | Path] | None = None) -> str:
     return h.hexdigest()[:12]
 
 
-def run_versions() -> dict[str, str | None]:
+def run_versions(code: Sequence[str] = ()) -> dict[str, str | None]:
     """The part of every run's cache key that says with what it was measured: the installed vLLM and torch
-    versions and :func:`engine_code_hash`. Under :func:`store_only` :func:`stored_elsewhere` ignores them
-    (:data:`VERSION_KEYS`), so committed stores re-render on any version."""
+    versions, :func:`engine_code_hash` and, for a study with a worker of its own, the hash of that study's ``code``
+    (``study_code``; files relative to the package, e.g. ``("decode_worker.py",)``). Under :func:`store_only`
+    :func:`stored_elsewhere` ignores them (:data:`VERSION_KEYS`), so committed stores re-render on any version."""
     from fp8lab import devices
 
-    return {"vllm": devices._version("vllm"), "torch": devices._version("torch"), "engine_code": engine_code_hash()}
+    out: dict[str, str | None] = {
+        "vllm": devices._version("vllm"),
+        "torch": devices._version("torch"),
+        "engine_code": engine_code_hash(),
+    }
+    if code:
+        out["study_code"] = engine_code_hash(code)
+    return out
 
 
-def run_descriptor(spec: EngineSpec, phases: Sequence[Phase], driver: str, sample_interval_s: float) -> dict[str, Any]:
-    """Everything that determines a run's outcome, as JSON-able data (its hash names the run): the engine spec,
-    driver, sampling interval, phases and :func:`run_versions` (vLLM, torch, the engine-side code)."""
+#: How a model folder inside the results store is named in a run's key: ``<runs>/`` and its path in the store
+#: (:func:`model_ref`), read back by :func:`fp8lab.specs.resolve_model` against this machine's :func:`runs_dir`.
+RUNS_PREFIX = "<runs>/"
+#: The files of a model folder whose content is its weights (:func:`model_digest`).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def model_ref(model: str) -> str:
+    """The model as a run's key names it, never where this checkout or store lies: a hub id (or anything that is
+    not an existing absolute path) as given; a folder inside the results store as ``<runs>/<path in the store>``
+    (Study 02's exported scale sets); a folder inside the repository as its path from the repository root (as the
+    profiles write it, e.g. ``data/models/fp8lab-tiny-qwen3``); any other folder by its name alone (what it holds
+    is in :func:`model_digest`). An absolute path is named so whether or not it exists here."""
+    p = Path(model)
+    if not p.is_absolute():
+        return model
+    for q in dict.fromkeys((p, p.resolve())):
+        for root, prefix in ((runs_dir(), RUNS_PREFIX), (REPO_ROOT, "")):
+            for r in dict.fromkeys((Path(root).absolute(), Path(root).resolve())):
+                try:
+                    return prefix + q.relative_to(r).as_posix()
+                except ValueError:
+                    continue
+    return p.name
+
+
+_DIGESTS: dict[str, str] = {}
+
+
+def _digest_cache_file() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fp8lab" / "file-digests.json"
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 (16 hex digits) of a file's bytes, read once per file version: cached by (resolved path, size,
+    mtime in ns) in this process and in ``~/.cache/fp8lab/file-digests.json`` (``$XDG_CACHE_HOME``), as git's index
+    and make trust a file's stat to say it is unchanged. The whole file is hashed, not a summary: a retrained model
+    keeps its tensor names, shapes and size, so only its bytes tell it apart. An 8B model's 16 GB take about a
+    minute once; every later key of the same files costs a ``stat``."""
+    real = path.resolve()
+    st = real.stat()
+    key = f"{real}|{st.st_size}|{st.st_mtime_ns}"
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    cache = _digest_cache_file()
+    try:
+        disk = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        disk = {}
+    if key not in disk:
+        h = hashlib.sha256()
+        with open(real, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        disk[key] = h.hexdigest()[:16]
+        with contextlib.suppress(OSError):
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(disk, sort_keys=True))
+            os.replace(tmp, cache)
+    _DIGESTS[key] = disk[key]
+    return disk[key]
+
+
+def model_digest(model: str, load_format: str = "auto") -> dict[str, str | None] | None:
+    """What a local model is, as data: ``config`` (16 hex digits of SHA-256 over its ``config.json`` as canonical
+    JSON) and ``weights`` (over the name and :func:`file_digest` of every weights file, :data:`WEIGHT_SUFFIXES`,
+    symlinks followed; ``None`` for ``load_format`` ``dummy``, whose runs key on the config alone, and for a folder
+    without weights). ``None`` for a model that is not a local path (a hub id: its name is its key)."""
+    p = Path(model)
+    if not p.exists():
+        return None
+    folder = p if p.is_dir() else p.parent
+    cfg = folder / "config.json"
+    try:
+        config = hashlib.sha256(json.dumps(json.loads(cfg.read_text()), sort_keys=True).encode()).hexdigest()[:16]
+    except (OSError, ValueError):
+        config = None
+    weights = None
+    if load_format != "dummy":
+        files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+        if files:
+            h = hashlib.sha256()
+            for f in files:
+                h.update(f"{f.name}\0{file_digest(f)}\0".encode())
+            weights = h.hexdigest()[:16]
+    return {"config": config, "weights": weights}
+
+
+def model_id(model: str, load_format: str = "auto") -> dict[str, Any]:
+    """A model's part of any key (captures, scale sets): ``{"model": model_ref, "digest": model_digest}``."""
+    return {"model": model_ref(model), "digest": model_digest(model, load_format)}
+
+
+def engine_key(spec: EngineSpec) -> dict[str, Any]:
+    """``spec.to_dict()`` with its model as :func:`model_ref` names it (what a key and a stored ``spec.json`` hold;
+    :meth:`EngineSpec.from_dict` resolves it on the machine that reads it)."""
+    return {**spec.to_dict(), "model": model_ref(spec.model)}
+
+
+def run_descriptor(
+    spec: EngineSpec, phases: Sequence[Phase], driver: str, sample_interval_s: float, code: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Everything that determines a run's outcome, as JSON-able data (its hash names the run): the engine spec with
+    its model as given (:func:`engine_key`) and what that model is (:func:`model_digest`, when it is a local path),
+    driver, sampling interval, phases and :func:`run_versions` (vLLM, torch, the engine-side code and ``code``, the
+    study's own). No absolute path: a checkout or store moved elsewhere finds the same runs."""
+    digest = model_digest(spec.model, spec.load_format)
     return {
-        **run_versions(),
-        "engine": spec.to_dict(),
+        **run_versions(code),
+        "engine": engine_key(spec),
+        **({"model_digest": digest} if digest is not None else {}),
         "driver": driver,
         "sample_interval_s": sample_interval_s,
         # "client" only when not the default, so runs stored before the field existed keep their hashes
@@ -196,7 +314,7 @@ PROVENANCE_KEYS = ("device", "vllm", "torch", "driver", "date_utc", "fp8lab_comm
 
 #: Descriptor keys that name with what a run was measured (:func:`run_versions`) rather than what was measured:
 #: part of the cache key of a normal run, ignored when a re-render looks a run up (:func:`stored_elsewhere`).
-VERSION_KEYS = ("vllm", "torch", "engine_code")
+VERSION_KEYS = ("vllm", "torch", "engine_code", "study_code")
 
 
 def stored_elsewhere(
@@ -205,12 +323,16 @@ def stored_elsewhere(
     """For a re-render only (:func:`store_only`; a normal run never calls it): the stored run beside ``run_dir``
     whose ``spec.json`` equals ``descriptor`` in everything but :data:`VERSION_KEYS`, i.e. the same study measured
     under another vLLM, torch or engine code (the H200's 0.26.0 re-rendered on the CPU's 0.32.0), or stored before
-    those keys were part of the descriptor. Finished runs first (``done``: a file they hold, or a test of the
+    those keys were part of the descriptor; when this machine lacks the model's files (``descriptor`` has no
+    ``model_digest``), by the model's name alone. Finished runs first (``done``: a file they hold, or a test of the
     folder); ``None`` if none. The loaded run's own provenance still names its vLLM, so the page says where its
     numbers come from."""
 
+    # a model whose files are not on this machine has no digest here: it is then found by its name (model_ref)
+    skip = VERSION_KEYS if "model_digest" in descriptor else (*VERSION_KEYS, "model_digest")
+
     def strip(d: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in d.items() if k not in VERSION_KEYS}
+        return {k: v for k, v in d.items() if k not in skip}
 
     want = json.dumps(strip(json.loads(json.dumps(descriptor, default=str))), sort_keys=True)
     found = []

@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 from fp8lab import realmodel
 from fp8lab.errors import SpecError
 from fp8lab.kvformats import check_kv_dtype
-from fp8lab.paths import REPO_ROOT
+from fp8lab.paths import REPO_ROOT, runs_dir
 
 #: A ``kv_cache_dtype`` name. Not a list written here: the names the installed vLLM accepts are checked by
 #: :func:`check_kv_dtype` (:mod:`fp8lab.kvformats`; without vLLM, the formats the KV calculator knows).
@@ -77,9 +77,14 @@ def check_bool(obj: Any, name: str, value: Any) -> None:
 
 def resolve_model(model: str) -> str:
     """A model given as a path is made absolute (relative paths are tried against the
-    working directory, then the repository root); the real model's name (:data:`fp8lab.realmodel.NAME`,
-    ``smollm2-135m-instruct``) is its converted folder (:func:`fp8lab.realmodel.model_dir`, made or not: see
-    :func:`check_model_folder`); a hub id is returned unchanged."""
+    working directory, then the repository root; ``<runs>/<path>``, as a run's key names a model folder inside the
+    results store, against this machine's :func:`fp8lab.paths.runs_dir`); the real model's name
+    (:data:`fp8lab.realmodel.NAME`, ``smollm2-135m-instruct``) is its converted folder
+    (:func:`fp8lab.realmodel.model_dir`, made or not: see :func:`check_model_folder`); a hub id is returned
+    unchanged. What a run's key holds is the model as given (:func:`fp8lab.results.model_ref`), not this absolute
+    path."""
+    if model.startswith("<runs>/"):
+        return str(runs_dir() / model[len("<runs>/") :])
     p = Path(model).expanduser()
     for cand in (p, REPO_ROOT / p):
         if cand.is_dir() or cand.is_file():

@@ -12,6 +12,7 @@ from typing import Any
 from fp8lab.calibration.scales import ScaleSet
 from fp8lab.calibration.spec import SCALES_FILE, STUDY, Strategy
 from fp8lab.paths import runs_dir
+from fp8lab.results import model_id, model_ref
 from fp8lab.specs import (
     SpecError,
     check_choice,
@@ -79,7 +80,9 @@ def scale_set_dir(model_path: str, ss: ScaleSet, folder_name: str | None = None,
     """``<runs>/02_calibration/scalesets/<hash>/<folder_name>``: the hash covers the model and every
     scale, so changed scales never reuse a stored engine run; the folder name (default
     ``<name>-<strategy>``, e.g. ``large-attn_head``) becomes Study 03's label ``fp8+<folder name>``."""
-    h = spec_hash(resolve_model(model_path), ss.format, ss.strategy, ss.k.round(12).tolist(), ss.v.round(12).tolist())
+    h = spec_hash(
+        model_id(resolve_model(model_path)), ss.format, ss.strategy, ss.k.round(12).tolist(), ss.v.round(12).tolist()
+    )
     return (root or runs_dir()) / STUDY / "scalesets" / h / (folder_name or f"{ss.name}-{ss.strategy}")
 
 
@@ -112,8 +115,12 @@ def export_scale_set(
         )
     src = Path(resolve_model(model_path))
     out = Path(out_dir) if out_dir is not None else scale_set_dir(str(src), ss, folder_name)
-    if (out / "fp8lab_scales.json").is_file():
-        return out  # content-addressed: already exported
+    if (out / "fp8lab_scales.json").is_file():  # content-addressed: already exported
+        for link in out.iterdir():  # a store copied from another checkout: its weight links point at that checkout's
+            if link.is_symlink() and not link.exists() and (src / link.name).is_file():
+                link.unlink()  # the same model here (its digest is in the folder's hash): link this checkout's
+                link.symlink_to((src / link.name).resolve())
+        return out
     cfg = json.loads((src / "config.json").read_text())
     qc = cfg.get("quantization_config")
     if qc and qc.get("quant_method") != "compressed-tensors":
@@ -149,7 +156,7 @@ def export_scale_set(
     (tmp / "fp8lab_scales.json").write_text(
         json.dumps(
             {
-                "source_model": str(src),
+                "source_model": model_ref(str(src)),
                 "scale_set": ss.label,
                 "name": ss.name,
                 "format": ss.format,

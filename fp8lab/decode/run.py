@@ -83,6 +83,13 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
         kept = results.stored_elsewhere(rd, desc)
         if kept is not None:
             return load(kept)
+        raise SpecError(  # a re-render never starts an engine
+            "DecodeSpec",
+            "model",
+            spec.model,
+            f"a spec whose run is in the results store ({rd.parent}): ${results.STORE_ONLY_ENV} is set, so no "
+            "engine is started",
+        )
     for d in spec.kv_dtypes:  # this machine's paths, before any worker starts (a stored spec is not checked)
         spec.engine_spec(d).check_paths()
     if force and rd.exists():

@@ -191,17 +191,28 @@ class DecodeSpec:
         return cls(**kw)
 
     def descriptor(self) -> dict[str, Any]:
-        """What determines the outcome: the spec as given (model path unresolved, so a store loads on another
-        machine), the protocol, and the vLLM and torch versions and engine-side code (another vLLM or an edited
-        worker measures anew; :func:`fp8lab.results.run_versions`)."""
-        from fp8lab.results import run_versions
+        """What determines the outcome: the spec with its model as given (:func:`fp8lab.results.model_ref`, so a store
+        loads on another machine or checkout) and what that model is (``model_digest``), the protocol, and the vLLM
+        and torch versions, engine-side code and this study's worker (another vLLM or an edited worker measures
+        anew; :func:`fp8lab.results.run_versions`)."""
+        from fp8lab.results import model_digest, model_ref, run_versions
+        from fp8lab.specs import resolve_model
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
         if not self.replicated:  # the design before issue 35: its descriptor as it was
             for k in ("engines", "arms", "solo_gpu_memory_utilization", "solo_kv_cache_gib"):
                 d.pop(k)
-        return {"study": STUDY, "protocol": PROTOCOL, **run_versions(), "spec": d}
+        path = resolve_model(self.model)
+        d["model"] = model_ref(path)
+        digest = model_digest(path, self.load_format)
+        return {
+            "study": STUDY,
+            "protocol": PROTOCOL,
+            **run_versions(("decode_worker.py",)),
+            "spec": d,
+            **({"model_digest": digest} if digest is not None else {}),
+        }
 
 
 def margin(spec: DecodeSpec, batch: int, context: int) -> int:

@@ -266,10 +266,21 @@ class PrefixSpec:
         return cls(**kw)
 
     def descriptor(self) -> dict[str, Any]:
-        """What determines the outcome (hashed to name the run): the spec, the protocol, and the vLLM and torch
-        versions and engine-side code (:func:`fp8lab.results.run_versions`)."""
-        from fp8lab.results import run_versions
+        """What determines the outcome (hashed to name the run): the spec with its model as given
+        (:func:`fp8lab.results.model_ref`) and what that model is (``model_digest``), the protocol, and the vLLM and
+        torch versions, engine-side code and this study's worker (:func:`fp8lab.results.run_versions`)."""
+        from fp8lab.results import model_digest, model_ref, run_versions
+        from fp8lab.specs import resolve_model
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
-        return {"study": STUDY, "protocol": PROTOCOL, **run_versions(), "spec": d}
+        path = resolve_model(self.model)
+        d["model"] = model_ref(path)
+        digest = model_digest(path, self.load_format)
+        return {
+            "study": STUDY,
+            "protocol": PROTOCOL,
+            **run_versions(("prefix_worker.py",)),
+            "spec": d,
+            **({"model_digest": digest} if digest is not None else {}),
+        }

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from fp8lab.serving.schedule import _tagged
-from fp8lab.specs import EngineSpec, Phase, check_float, check_int
+from fp8lab.specs import EngineSpec, Phase, check_float, check_int, resolve_model
 from fp8lab.workloads import PromptSource, RequestClass, build_requests
 
 _BENCH_CODE = """
@@ -78,8 +78,6 @@ def bench_args(
         "--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching",
     ]
     if tokenizer:  # a folder path is made absolute: the benchmark's working directory need not be the repo's
-        from fp8lab.specs import resolve_model
-
         args += ["--tokenizer", resolve_model(tokenizer)]
     for flag, value in (
         ("--max-model-len", spec.max_model_len),
@@ -241,13 +239,15 @@ def fidelity_check(
 
     check_int("fidelity", "rounds", rounds, 1, 100)
     check_float("fidelity", "tolerance", tolerance, 0.0, 1.0, lo_open=True)
+    digest = results.model_digest(spec.model, spec.load_format)
     settings = {
-        "engine": spec.to_dict(),
+        "engine": results.engine_key(spec),  # the model as given: no absolute path in the key
+        **({"model_digest": digest} if digest is not None else {}),
         "input_len": input_len,
         "output_len": output_len,
         "num_prompts": num_prompts,
         "num_warmups": num_warmups,
-        "tokenizer": tokenizer,
+        "tokenizer": results.model_ref(resolve_model(tokenizer)) if tokenizer else tokenizer,
         "prompt_source": prompt_source,
         "temperature": temperature,
     }

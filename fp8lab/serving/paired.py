@@ -17,6 +17,9 @@ from fp8lab.serving.schedule import _plan_phases, paired_schedule, phase_payload
 from fp8lab.serving.spec import ServingPlan
 from fp8lab.specs import EngineSpec
 
+#: This study's own engine code (:func:`fp8lab.results.run_versions`): an edit to it re-measures this study only.
+WORKER_CODE = ("serving_worker.py",)
+
 
 def _gz_json_write(path: Path, obj: Any) -> None:
     import gzip
@@ -122,13 +125,13 @@ def _run_paired(
     sched = paired_schedule(names, plan.kv_dtypes, plan.trials)
     design = {
         "design": "paired-interleaved",
-        "plan": plan.to_dict(),
+        "plan": {**plan.to_dict(), "engine": results.engine_key(plan.engine)},  # no absolute path in a key
         "concurrency": list(conc),
         "capacity_predicted": cap_pred,
     }
     descs = {
         (t, d): {
-            **results.run_descriptor(plan.spec_for(d), phases[d][t], "async", 0.25),
+            **results.run_descriptor(plan.spec_for(d), phases[d][t], "async", 0.25, code=WORKER_CODE),
             "paired": spec_hash(design),
             "trial": t,
         }
@@ -160,7 +163,7 @@ def _run_paired(
     for d in plan.kv_dtypes:  # this machine's paths, before any engine starts (a stored spec is not checked)
         plan.spec_for(d).check_paths()
     # the phases kept so far resume only under the same vLLM, torch and engine code (their runs' cache key)
-    work = runs_dir() / study / f"paired-{spec_hash(design, results.run_versions())}"
+    work = runs_dir() / study / f"paired-{spec_hash(design, results.run_versions(WORKER_CODE))}"
     work.mkdir(parents=True, exist_ok=True)
     (work / "design.json").write_text(json.dumps(design, indent=2, default=str))
 

@@ -25,14 +25,13 @@ def _h200_params(name: str, extra: dict[str, Any], profile: str = "h200") -> dic
 
 @pytest.fixture(scope="session")
 def h200_store(tmp_path_factory):
-    """The committed H200 stores of Studies 04, 06 and 07, unpacked; the runs' model paths (the H200 host's checkout,
-    part of each run's hash) rewritten to this checkout's, so ``FP8LAB_STORE_ONLY`` finds them here."""
+    """The committed H200 stores of Studies 04, 06 and 07, unpacked as they are: their runs are keyed by the model as
+    given, not by the H200 host's checkout path (``scripts/rekey_stores.py``), so ``FP8LAB_STORE_ONLY`` finds them
+    from any checkout."""
     root = tmp_path_factory.mktemp("h200-store")
     for name in ("04_long_context", "06_decode", "07_prefix_cache"):
         with tarfile.open(H200 / "records" / f"{name}.tar.gz") as tf:
             tf.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    for f in root.rglob("spec.json"):
-        f.write_text(f.read_text().replace("/work/main/", f"{REPO_ROOT}/"))
     return root
 
 

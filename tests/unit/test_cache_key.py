@@ -125,6 +125,8 @@ def test_a_normal_run_after_an_upgrade_measures_anew(tmp_path, monkeypatch, tiny
     model folder), and the stored run is left as it was."""
     model = _model(tmp_path / "model", tiny_model)
     spec = EngineSpec(model=model, kv_cache_gib=0.5)
+    # the model's digest held fixed: the folder is removed below (to stop an engine start), which would change it
+    monkeypatch.setattr(results, "model_digest", lambda model, load_format="auto": {"config": "c", "weights": "w"})
     _versions(monkeypatch, "0.26.0", "2.9.0")
     rd = _store(tmp_path / "runs", spec, tokens=7)
     shutil.rmtree(tmp_path / "model")
@@ -217,10 +219,12 @@ def test_a_store_copied_to_another_path_loads(tmp_path, tiny_model):
     shutil.rmtree(tmp_path / "machine-a")
     copied = tmp_path / "machine-b" / "runs" / "s" / rd.name
     res = results.load(copied)
-    assert res.status == "ok" and res.spec.model == model and res.spec.kv_cache_dtype == "fp8"
+    # a model folder outside the repository and the store is keyed by its name (and digest), never its path
+    assert json.loads((copied / "spec.json").read_text())["engine"]["model"] == "model" != model
+    assert res.status == "ok" and res.spec.model == "model" and res.spec.kv_cache_dtype == "fp8"
     assert res.records.output_tokens.tolist() == [9] and res.run_dir == copied
     table = results.collect("s", tmp_path / "machine-b" / "runs")
-    assert table.run_id.tolist() == [rd.name] and table["spec.model"].tolist() == [model]
+    assert table.run_id.tolist() == [rd.name] and table["spec.model"].tolist() == ["model"]
     assert table.status.tolist() == ["ok"] and table.num_blocks.tolist() == [10]
 
 

@@ -89,8 +89,9 @@ def test_fidelity_check_runs_nothing_when_store_only(tmp_path, monkeypatch):
         kv_cache_gib=24,
         kv_cache_dtype="fp8",
     )
-    settings = {
-        "engine": spec.to_dict(),
+    settings = {  # the key holds the model as given and its config's digest, never this checkout's path
+        "engine": {**spec.to_dict(), "model": "data/configs/qwen3-8b"},
+        "model_digest": results.model_digest(spec.model, "dummy"),
         "input_len": 8,
         "output_len": 4,
         "num_prompts": 2,
