@@ -112,7 +112,15 @@ def ensure_kernel() -> str:
     kdir = base / "kernels" / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            # frames and figures in the reader's format (fp8lab.readable), in every notebook this kernel runs
+            "--IPKernelApp.exec_lines=import fp8lab.readable as _fp8lab_readable; _fp8lab_readable.install()",
+        ],
         "display_name": "fp8lab (this environment)",
         "language": "python",
     }
