@@ -159,7 +159,8 @@ def figure_alt(fig: Any) -> str:
         bit = ax.get_title().strip()
         y, x = ax.get_ylabel().strip(), ax.get_xlabel().strip()
         if y or x:
-            bit = (bit + ": " if bit else "") + f"{y or 'value'} against {x or 'position'}"
+            axes = f"{y} against {x}" if y and x else (y or f"values against {x}")
+            bit = (bit + ": " if bit else "") + axes
         labels = [t for t in ax.get_legend_handles_labels()[1] if t and not t.startswith("_")]
         if labels:
             bit += " for " + ", ".join(dict.fromkeys(labels))
