@@ -277,6 +277,15 @@ def tidy_page(page: str) -> str:
     """Apply :func:`tidy_text` to every visible text of an HTML page (not inside code, <pre>, styles, scripts or
     MathML; the folded JSON summary dump is kept as recorded). Idempotent."""
     page = page.replace("<td><code>None</code></td>", "<td><em>not set (the study's default applies)</em></td>")
+    # a frame cut by pandas on a page rendered before this layer: its "..." cells go, its size line says what
+    # happened (a re-render shows the whole frame)
+    page = re.sub(r"<t([dh])[^>]*>\s*(?:\.\.\.|…)\s*</t\1>", "", page)
+    page = re.sub(
+        r"(\d+) rows\s*×\s*(\d+) columns",
+        r"A table of \1 rows and \2 columns, shown in part: this page was rendered before tables were shown whole; "
+        r"the study's .summary.json has every value",
+        page,
+    )
     pieces = _TAG.split(page)
     raw_depth = 0
     dump_depth = 0
