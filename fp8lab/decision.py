@@ -129,7 +129,18 @@ def concurrency(out_dir: Path, context: int = 32768) -> Item:
         if r["setting"] == "engine blocks"
     }
     both = sorted(set(a) & set(f))
-    if not both:
+    if not both:  # no engine measured it: the formula of Study 00, said as such
+        rows = _rows(out_dir, MEMORY)
+        fa = _sel(rows, metric="max_concurrency_formula", kv_dtype="auto", baseline=None)
+        ff = _sel(rows, metric="max_concurrency_formula", kv_dtype="fp8", baseline=None)
+        if fa and ff:
+            ra, rf = fa[-1], next((r for r in ff if r["model"] == fa[-1]["model"]), ff[-1])
+            return Item(
+                "concurrency",
+                f"at {_n(ra['context_len'] or 0)} tokens per request on {ra['model']}: {_n(ra['value'])} → "
+                f"{_n(rf['value'])} requests at once (the formula, {ra['setting']}; no engine measured it here)",
+                _page(out_dir, MEMORY),
+            )
         return Item("concurrency", "concurrency at a long context: not measured in this report", None, False)
     ctx = context if context in both else both[len(both) // 2]
     dev = _sel(rows, metric="max_concurrency", kv_dtype="auto")[0]["device"]
@@ -263,14 +274,21 @@ def quality(out_dir: Path) -> Item:
             _page(out_dir, stem),
         )
     s = _summary(out_dir, QUALITY)
-    tiny = ""
+    figures = ""
     if s.get("fp8.status") == "ok" and s.get("fp8.delta_ppl_pct_ci_lo") is not None:
-        tiny = (
-            f"; on the shipped tiny model ({s.get('model')}) only: perplexity {_signed(s['fp8.delta_ppl_pct'], 2)}% "
+        figures = (
+            f"perplexity {_signed(s['fp8.delta_ppl_pct'], 2)}% "
             f"[{_signed(s['fp8.delta_ppl_pct_ci_lo'], 2)}, {_signed(s['fp8.delta_ppl_pct_ci_hi'], 2)}], top-3 match "
             f"{_n(s['fp8.top3_match'], 2)} [{_n(s['fp8.top3_ci_lo'], 2)}, {_n(s['fp8.top3_ci_hi'], 2)}], "
             f"n = {s.get('n_prompts')} prompts"
         )
+    if figures and s.get("model") and s.get("model") != TINY_MODEL_NAME:  # Study 03 on the user's own model
+        return Item(
+            "quality",
+            f"quality through vLLM's FP8 cache on {s['model']} (Study 03, fp8 vs auto): {figures}",
+            _page(out_dir, QUALITY),
+        )
+    tiny = f"; on the shipped tiny model ({s.get('model')}) only: {figures}" if figures else ""
     return Item(
         "quality", "quality: not yet measured through the cache on a real model" + tiny, _page(out_dir, QUALITY), False
     )

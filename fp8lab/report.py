@@ -289,7 +289,7 @@ def run_profile(
     from fp8lab.devices import provenance
 
     profile = load_profile(profile_name)
-    paths = list_notebooks(notebooks)
+    paths = list_notebooks(notebooks or profile.get("run"))  # a profile's `run:` list: its notebooks by default
     check_overrides(paths, overrides)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -68,3 +68,22 @@ def test_a_real_model_quality_row_is_used(tmp_path):
     it = _items(decision.decide(tmp_path))
     assert it["quality"].measured and "on Qwen3-8B" in it["quality"].text and "n = 200" in it["quality"].text
     assert it["quality"].link is None or it["quality"].link.startswith("09_quality_real")
+
+
+def test_gpu_quick_profile_runs_its_own_notebooks():
+    """`fp8lab run --profile gpu-quick -p MODEL x` runs 00, 06 and 03 (the profile's `run:` list) with CUDA graphs,
+    both engines alive at 0.45 each, batch 8 capped by its prefill budget, and quality on real weights."""
+    from fp8lab.profiles import list_notebooks
+    from fp8lab.report import load_profile, resolved_parameters
+
+    prof = load_profile("gpu-quick")
+    paths = list_notebooks(prof["run"])
+    assert [p.stem[:2] for p in paths] == ["00", "06", "03"]
+    p06 = resolved_parameters(paths[1], prof, {"MODEL": "data/configs/qwen3-8b"})
+    assert p06["MODEL"] == "data/configs/qwen3-8b" and p06["ENFORCE_EAGER"] is False
+    assert p06["GPU_MEMORY_UTILIZATION"] * 2 <= 0.9 and p06["BATCHES"] == [1, 8]
+    # 7 points: batch 1 at 4 contexts; batch 8 where 8 x context fits the prefill cap
+    points = [(b, c) for b in p06["BATCHES"] for c in p06["CONTEXTS"] if b * c <= p06["MAX_PREFILL_TOKENS"]]
+    assert len(points) == 7 and max(p06["CONTEXTS"]) < p06["MAX_MODEL_LEN"]
+    p03 = resolved_parameters(paths[2], prof, {})
+    assert p03["KV_DTYPES"] == ["auto", "fp8"] and p03["ENGINE_ROUNDING"] == "rne"
