@@ -323,13 +323,21 @@ def decide(out_dir: str | Path) -> Decision:
     if cross:
         on.append(
             "your decode runs past the crossover ("
-            + ", ".join(f"batch {b} beyond about {_n(v[0])} tokens" for b, v in sorted(cross.items()))
+            + ", ".join(
+                f"batch {b} at every context measured"
+                if v[3] == "below_grid" or v[0] < 1
+                else f"batch {b} beyond about {_n(v[0])} tokens"
+                for b, v in sorted(cross.items())
+            )
             + ")"
         )
     if cap.measured:
         on.append(f"you are short of KV memory ({cap.text.split(' (')[0]})")
     keep = []
-    if fixed.measured:
+    fits = {(f["kv_dtype"], f["batch"]): f for f in _summary(out, DECODE).get("fits") or []}
+    a1, f1 = fits.get(("auto", 1)), fits.get(("fp8", 1))
+    resolved = bool(a1 and f1 and (f1["a_ms_ci_low"] > a1["a_ms_ci_high"]))  # fp8's fixed cost above auto's
+    if fixed.measured and resolved:
         keep.append(
             f"your contexts are short and batches small (fp8 costs {fixed.text.split(': ', 1)[1].split(' on ')[0]} per step)"
         )
