@@ -96,7 +96,7 @@ def _reason(row: Any) -> str:
     for col in _REASON_COLUMNS:
         if col in row.index and not _is_missing(row[col]) and str(row[col]) not in ("ok", ""):
             return sentence_for_error(str(row[col]), short=True)
-    return "not recorded for this row"
+    return "not recorded"
 
 
 # ----------------------------------------------------------------------------------------------- tables
@@ -260,7 +260,7 @@ def tidy_text(text: str, cell: bool = False) -> str:
     """A visible string in the reader's format: no scientific notation or 16-digit decimals, no negative zero,
     no raw exception, no machine path; a whole cell that reads NaN/None becomes "not measured"."""
     if cell and _MISSING_CELL.match(text):
-        return f"{NOT_MEASURED}: not recorded for this row"
+        return f"{NOT_MEASURED}: not recorded"
     if _EXC.search(text):
         text = sentence_for_error(text)
     text = _SCI.sub(lambda m: _sig(float(m.group(1))), text)
