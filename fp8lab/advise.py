@@ -423,12 +423,15 @@ def validation_markdown(rows: Sequence[dict[str, Any]], ref: Reference) -> str:
             f"| {kind} | {len(rs)} | {max(errs):.2f} | {statistics.median(errs):.2f} | "
             f"{sum(r['within_ci'] for r in rs)} of {len(rs)} |"
         )
+    worst = sorted(rows, key=lambda r: -abs(r["error_pct"]))[:5]
     lines += [
+        "",
+        "Every prediction and its error: `advise_validation.csv` beside this file. The five largest errors:",
         "",
         "| held out | kv dtype | batch | context (tokens) | measured (ms) | predicted (ms) | 95% interval (ms) | error (%) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for r in rows:
+    for r in worst:
         lines.append(
             f"| {r['held_out']} | {r['kv_dtype']} | {r['batch']} | {r['context_len']:,} | {r['measured_ms']:.3f} | "
             f"{r['predicted_ms']:.3f} | {r['ci_low_ms']:.3f} to {r['ci_high_ms']:.3f} | {r['error_pct']:+.2f} |"

@@ -129,7 +129,7 @@ def frame_html(frame: Any) -> str:
                 cells.append(tidy_text(str(v), cell=True))
         out[header(col)] = cells
     body = out.to_html(index=False, escape=True, border=0, classes="dataframe fp8lab-table", na_rep=NOT_MEASURED)
-    return f'<div class="fp8lab-table-wrap" style="overflow-x:auto;max-width:100%">{body}</div>'
+    return f'<div class="fp8lab-table-wrap">{body}</div>'  # scrolls within the page (the template's CSS)
 
 
 # ---------------------------------------------------------------------------------------------- figures
