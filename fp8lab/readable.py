@@ -288,6 +288,7 @@ def tidy_page(page: str) -> str:
     )
     pieces = _TAG.split(page)
     raw_depth = 0
+    code_depth = 0  # inside <style> or <script>: left exactly as it is
     dump_depth = 0
     out = []
     for i, piece in enumerate(pieces):
@@ -298,11 +299,16 @@ def tidy_page(page: str) -> str:
             if tag in _RAW_TAGS and not piece.endswith("/>"):
                 raw_depth += -1 if closing else 1
                 raw_depth = max(raw_depth, 0)
+                if tag in ("style", "script"):
+                    code_depth = max(code_depth + (-1 if closing else 1), 0)
             if tag == "details" and not closing and dump_depth:
                 dump_depth += 1
             elif tag == "details" and closing and dump_depth:
                 dump_depth -= 1
             out.append(piece)
+            continue
+        if piece and raw_depth and not code_depth and not dump_depth:  # code spans: machine paths only
+            out.append(_PATH.sub(_short_path, piece))
             continue
         if not piece or raw_depth or dump_depth:
             out.append(piece)
