@@ -1,6 +1,8 @@
 """The ``fp8lab`` command.
 
 ``fp8lab estimate PATH --kv-dtype auto|fp8 [--json]``: the KV-cache calculator (no torch, no vLLM).
+``fp8lab advise MODEL [--gpu h200] [--context N --batch B | --mix C:S,...]``: per KV dtype, capacity, concurrency and
+the predicted decode step from the H200 fits (:mod:`fp8lab.advise`; ``--validate`` writes its held-out check).
 ``fp8lab run [--profile NAME] [--out DIR] [notebooks...]``: execute the studies headlessly and write
 HTML reports, ``index.html`` and ``summary.json``.
 ``fp8lab doctor [--model DIR] [--json] [--probe]``: which KV dtypes run natively here, and why not
@@ -112,11 +114,13 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fp8lab.advise import add_advise_parser
     from fp8lab.estimate_cli import add_estimate_parser
 
     parser = argparse.ArgumentParser(prog="fp8lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     add_estimate_parser(sub)
+    add_advise_parser(sub)
 
     run = sub.add_parser("run", help="execute the study notebooks on a profile and write HTML reports")
     run.add_argument("notebooks", nargs="*", help="notebook names or paths (default: every notebooks/NN_*.ipynb)")

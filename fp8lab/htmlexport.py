@@ -8,7 +8,10 @@ What :func:`export_html` does to a copy of the executed notebook (the ``.ipynb``
 - code inputs are hidden; stderr (warnings, "Loading weights" bars, tqdm), progress widgets and carriage-return
   progress lines are dropped from the outputs;
 - long text outputs (the summary JSON that ``record_summary`` prints, reprs) and long tables are folded in
-  ``<details>``; an empty table says so; long floats in tables are shown to 4 significant digits;
+  ``<details>``; an empty table says so; long floats in tables are shown to about 3 significant digits;
+- every visible text goes through the reader's format (:func:`fp8lab.readable.tidy_page`: no NaN/None cells, no
+  scientific notation, no negative zero, no raw exception, no machine path); frames and figures were already
+  rendered by :mod:`fp8lab.readable` in the kernel;
 - formulas (``$$...$$``, ``$...$`` in Markdown) become MathML at export time, so nothing loads from a CDN: the
   template (``fp8lab/templates/fp8lab``) drops require.js, MathJax, mermaid and widget scripts;
 - the tab title is the notebook's title.
@@ -102,8 +105,13 @@ def parameters_html(defaults_src: str, injected_src: str | None) -> str:
         if name in injected:
             origin = "run" if injected[name][0] != value else "default"
             value = injected[name][0]
+        shown = (
+            "<em>not set (the study's default applies)</em>"
+            if value == "None"
+            else (f"<code>{html.escape(_short(value))}</code>")
+        )
         rows.append(
-            f"<tr><td><code>{html.escape(name)}</code></td><td><code>{html.escape(_short(value))}</code></td>"
+            f"<tr><td><code>{html.escape(name)}</code></td><td>{shown}</td>"
             f"<td>{origin}</td><td>{html.escape(comment)}</td></tr>"
         )
     return (
@@ -142,8 +150,10 @@ def _strip_progress(text: str) -> str:
 
 
 def _round_table_floats(table_html: str) -> str:
+    from fp8lab.readable import _sig
+
     def fmt(m: re.Match) -> str:
-        return f"{m.group(1)}{float(m.group(2)):.4g}{m.group(3)}"
+        return f"{m.group(1)}{_sig(float(m.group(2)))}{m.group(3)}"
 
     return _FLOAT_TD.sub(fmt, table_html)
 
@@ -303,7 +313,9 @@ def export_html(ipynb: Path, html_path: Path) -> Path:
     if refs:
         raise RuntimeError(f"{html_path}: the exported page would load {refs[:3]} from outside the file")
     from fp8lab.htmlslim import slim
+    from fp8lab.readable import tidy_page
 
+    body = tidy_page(body)  # the reader's format over every visible text (fp8lab.readable)
     Path(html_path).write_text(slim(body), encoding="utf-8")  # pruned CSS, palette PNGs (fp8lab.htmlslim)
     return Path(html_path)
 

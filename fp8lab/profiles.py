@@ -37,6 +37,9 @@ def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Any]:
         for key in ("params", "notebooks"):
             if prof.get(key) is not None and not isinstance(prof[key], dict):
                 raise SpecError("Profile", f"{name}.{key}", prof[key], "a mapping of NAME: value")
+        run = prof.get("run")  # the notebooks `fp8lab run --profile NAME` runs when none are named
+        if run is not None and (not isinstance(run, list) or not all(isinstance(x, str) for x in run)):
+            raise SpecError("Profile", f"{name}.run", run, "a list of notebook names or prefixes, e.g. ['00', '06']")
     return {name: _extended(name, data) for name in data}
 
 

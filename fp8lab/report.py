@@ -112,7 +112,15 @@ def ensure_kernel() -> str:
     kdir = base / "kernels" / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            # frames and figures in the reader's format (fp8lab.readable), in every notebook this kernel runs
+            "--IPKernelApp.exec_lines=import fp8lab.readable as _fp8lab_readable; _fp8lab_readable.install()",
+        ],
         "display_name": "fp8lab (this environment)",
         "language": "python",
     }
@@ -281,7 +289,7 @@ def run_profile(
     from fp8lab.devices import provenance
 
     profile = load_profile(profile_name)
-    paths = list_notebooks(notebooks)
+    paths = list_notebooks(notebooks or profile.get("run"))  # a profile's `run:` list: its notebooks by default
     check_overrides(paths, overrides)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

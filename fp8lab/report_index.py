@@ -634,8 +634,10 @@ def headline_html(summary: dict[str, Any]) -> str:
 
 
 def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
-    """``index.html``: the headline, the claims audit's table, then one short block per study (its key numbers,
+    """``index.html``: the decision box (:func:`fp8lab.decision.decision_html`), the headline, the claims audit's table, then one short block per study (its key numbers,
     rounded, with units; a link to its verdict; the device and vLLM of the runs it shows)."""
+    from fp8lab.decision import decision_html
+
     out_dir = Path(out_dir)
     audit, blocks = "", []
     for name, e in summary["notebooks"].items():
@@ -690,11 +692,14 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
 <style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.4}}
 table{{border-collapse:collapse;margin:.5em 0 1em}}td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}}
 table.nums th{{font-weight:normal;color:#333;background:#f6f6f6}}
-#headline{{border-left:4px solid #2a6;padding-left:1em}}#headline li{{margin:.3em 0}}
+#headline{{border-left:4px solid #2a6;padding-left:1em}}
+#decision{{border:2px solid #2a6;border-radius:6px;padding:.2em 1em;background:#f4fbf4}}#decision li{{margin:.3em 0}}
+#decision li.not-measured{{color:#6a4b00}}#headline li{{margin:.3em 0}}
 .failed{{color:#b00}}small,.prov{{color:#555}}section.study{{margin:1.2em 0}}section.study h3{{margin-bottom:.2em}}
 .v-confirmed{{background:#d8f0d8}}.v-refuted{{background:#f6d5d5}}.v-depends{{background:#fbeccb}}
 .v-not-testable-here{{background:#e6e6e6}}.v-inconclusive{{background:#fbeccb}}table.audit td:nth-child(3){{font-weight:bold;white-space:nowrap}}</style></head><body>
 <h1>fp8lab report &mdash; profile <code>{profile}</code></h1>
+{decision_html(out_dir)}
 {headline_html(summary)}
 <p>{html.escape(summary.get("description", ""))}</p>
 {audit}
@@ -704,8 +709,10 @@ rendered {html.escape(str(summary.get("created_utc", "")))} by fp8lab {html.esca
 all numbers: <a href="summary.json">summary.json</a>.</small></p>
 {"".join(blocks)}
 </body></html>"""
+    from fp8lab.readable import tidy_page
+
     path = out_dir / "index.html"
-    path.write_text(page, encoding="utf-8")
+    path.write_text(tidy_page(page), encoding="utf-8")  # the reader's format (fp8lab.readable)
     return path
 
 

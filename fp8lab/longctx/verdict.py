@@ -47,9 +47,12 @@ def claims(res: LongCtxResult, t: Tables) -> dict[str, dict[str, Any]]:
         r = t.ramp[t.ramp.concurrency == plan.concurrency]
         for dt, g in r.groupby("kv_dtype", sort=False):
             held = g[g.outcome == "held"]
-            conc_ok[dt] = int(held.length.max()) if len(held) else None
+            ran = g.outcome.isin(["ok", "held", "preempted", "serialized"]).any()
+            # None: ran and held no length; "not run": the dtype's engine never ran a concurrent request
+            conc_ok[dt] = int(held.length.max()) if len(held) else (None if ran else "not run")
+    held_len = {dt: v for dt, v in conc_ok.items() if isinstance(v, int)}
     runs_out = (not holds.get(BASELINE, True) and any(holds.get(c) for c in cands)) or any(
-        conc_ok.get(c) is not None and (conc_ok.get(BASELINE) or 0) < conc_ok[c] for c in cands
+        c in held_len and (held_len.get(BASELINE) or 0) < held_len[c] for c in cands
     )
     out["oom"] = {
         "label": "supported" if runs_out else "not seen at this budget",
@@ -258,7 +261,12 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
     )
     if o["longest_held_at_concurrency"]:
         parts = [
-            f"`{dt}` {_k(v) + ' tokens' if v else 'none of the lengths'}"
+            f"`{dt}` "
+            + (
+                "not measured (its engine ran no concurrent request)"
+                if v == "not run"
+                else (_k(v) + " tokens" if v else "none of the lengths")
+            )
             for dt, v in o["longest_held_at_concurrency"].items()
         ]
         lines.append(

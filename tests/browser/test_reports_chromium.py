@@ -47,6 +47,10 @@ INDEX_PROBES = {
     "title": "document.title",
     "first_h2": "document.querySelector('h2').textContent",
     "headline_top": "document.getElementById('headline').getBoundingClientRect().top",
+    "first_after_h1": "(() => { const h = document.querySelector('h1'); let e = h.nextElementSibling; "
+    "while (e && !e.textContent.trim()) e = e.nextElementSibling; return e ? e.id : null })()",
+    "decision_top": "document.getElementById('decision').getBoundingClientRect().top",
+    "decision_text": "document.getElementById('decision').innerText",
     "verdict_links": "Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href')).filter(h => h.endsWith('#verdict'))",
     "all_links": "Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))",
     "text": "document.body.innerText",
@@ -93,13 +97,17 @@ def test_notebook_page_opens_with_its_verdict_and_loads_nothing_from_outside(rep
     assert visit.screenshot.stat().st_size > 10_000
 
 
-def test_index_opens_with_the_headline_and_links_each_verdict(report):
+def test_index_opens_with_the_decision_then_the_headline_and_links_each_verdict(report):
     visit = open_page(report / "index.html", INDEX_PROBES, screenshot=ARTIFACTS / "index.png")
     p = visit.probes
     assert _only_local(visit.requests) == [] and visit.console_errors == []
     assert p["title"] == "fp8lab report: cpu-tiny"
-    assert p["first_h2"] == "Headline" and 0 <= p["headline_top"] < 300
-    assert p["verdict_links"] == [f"{STEM}.html#verdict"]
+    # the decision box first (nothing measured here: it says so), the audit's headline after it
+    assert p["first_after_h1"] == "decision" and p["first_h2"] == "Decision: FP8 KV cache or auto?"
+    assert 0 <= p["decision_top"] < 300 and p["decision_top"] < p["headline_top"]
+    assert "quality: not yet measured through the cache on a real model" in p["decision_text"]
+    # the study's block links its verdict; the decision box links the same page for what it read there
+    assert set(p["verdict_links"]) == {f"{STEM}.html#verdict"} and len(p["verdict_links"]) == 3
     for href in p["all_links"]:  # every link resolves to a file of the report folder
         assert (report / href.split("#")[0]).is_file(), href
     # key numbers with units; the device and vLLM of the runs (none here: predictions only) are named
@@ -107,3 +115,23 @@ def test_index_opens_with_the_headline_and_links_each_verdict(report):
     assert "no engine run of its own" in p["text"]
     assert not re.search(r"\d\.\d{6,}", p["text"])  # no unrounded floats
     assert visit.screenshot.stat().st_size > 10_000
+
+
+#: A number with its 95% interval as the decision box writes it: ``+13.2% [+12.7, +13.6]``.
+INTERVAL = re.compile(r"[-+]?[\d,.]+\s*(?:%|ms|pp|tokens)?\s*\[[-+]?[\d,.]+, [-+]?[\d,.]+\]")
+
+
+@pytest.mark.parametrize("folder", ["h200", "h200/shipped", "cpu-tiny"])
+def test_committed_index_opens_with_the_decision_box_holding_numbers_with_intervals(folder):
+    """Every committed index: the decision box is the first content after the title, on the first screen, and
+    its lines hold numbers with their intervals and n, each linked to the page that measured it."""
+    index = REPO_ROOT / "reports" / folder / "index.html"
+    visit = open_page(index, INDEX_PROBES, screenshot=ARTIFACTS / f"index-{folder.replace('/', '-')}.png")
+    p = visit.probes
+    assert _only_local(visit.requests) == [] and visit.console_errors == []
+    assert p["first_after_h1"] == "decision" and 0 <= p["decision_top"] < 300
+    text = p["decision_text"]
+    assert text.startswith("Decision: FP8 KV cache or auto?") and "Turn FP8 KV on if" in text and "Keep auto if" in text
+    assert len(INTERVAL.findall(text)) >= 2 and "n = " in text, text
+    for href in p["all_links"]:
+        assert (index.parent / href.split("#")[0]).is_file(), href

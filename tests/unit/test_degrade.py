@@ -151,3 +151,16 @@ def test_a_rerender_from_the_store_is_neither_reduced_nor_emulated(monkeypatch, 
     assert capability.unsupported_result(EngineSpec(model=str(TINY_MODEL_DIR), kv_cache_dtype="fp8")) is None
     monkeypatch.setenv(NATIVE_FP8_ENV, "0")  # the explicit switch still wins: a deliberately reduced re-render
     assert degrade.gate(NB01, params) is not None
+
+
+def test_reduced_notebook_keeps_its_verdict_section(tmp_path):
+    """The index links every study's #verdict: a study reduced on a device without the kernel keeps the anchor."""
+    import nbformat
+
+    from fp8lab import htmlexport
+
+    nb = nbformat.read(str(degrade.notebook_for(NB01, PARAMS, tmp_path)), as_version=4)
+    start, stop = htmlexport.verdict_span(nb)
+    assert "degrade.summary" in nb.cells[stop - 1].source  # the not-measured sentence is the verdict's body
+    page = htmlexport.prepare(nb)
+    assert any('<h2 id="verdict">Verdict: not measured on this device</h2>' in c.source for c in page.cells)

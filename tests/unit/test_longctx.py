@@ -561,6 +561,11 @@ def test_fake_study_short_budget_runs_what_fits():
     b = t.boundary.set_index("kv_dtype")
     assert not b.holds_ramp.any() and list(b.longest_measured) == [3328, 6784]
     assert lc.claims(res, t)["oom"]["longest_held_at_concurrency"] == {"auto": 1024, "fp8": 2048}
+    # an fp8 engine that never ran (a device without the kernel) is "not measured", never "none of the lengths"
+    t.ramp.loc[t.ramp.kv_dtype == "fp8", "outcome"] = "unsupported"
+    assert lc.claims(res, t)["oom"]["longest_held_at_concurrency"] == {"auto": 1024, "fp8": "not run"}
+    md = lc.verdict_markdown(res, t)
+    assert "`fp8` not measured (its engine ran no concurrent request)" in md and "none of the lengths" not in md
 
 
 def test_fake_study_vllm_sized_cache_finds_the_boundary_by_its_error():

@@ -1,0 +1,89 @@
+"""fp8lab advise: the formula's capacity, the step predicted from the committed H200 Study 06 fits, its held-out
+validation (within 5%) and its bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fp8lab import advise, kvmath
+from fp8lab.cli import main
+from fp8lab.errors import SpecError
+from fp8lab.paths import REPO_ROOT
+
+REF = REPO_ROOT / "reports" / "h200"
+
+
+def _point(b, c):
+    s = json.loads((REF / "06_decode_speed.summary.json").read_text())
+    return next(p for p in s["points"] if p["batch"] == b and p["context_len"] == c)
+
+
+def test_reference_point_predicted_by_its_own_fit():
+    ref = advise.load_reference(REF)
+    assert ref.model == "qwen3-8b-128k" and ref.batches == [1, 8, 32]
+    p = _point(8, 8192)
+    for dt in ("auto", "fp8"):
+        st = advise.predict_step(ref, dt, 8, 8192)
+        assert st.ms == pytest.approx(p[f"{dt}_step_ms"], rel=0.01) and st.lo < st.ms < st.hi and not st.warnings
+
+
+def test_advice_on_the_reference_shape():
+    adv = advise.advise("qwen3-8b-128k", "h200", context=8192, batch=8)
+    auto, fp8 = adv.rows
+    # the formula: fp8 holds twice the blocks (one byte per element instead of two)
+    assert (
+        fp8["kv_bytes_per_token"] * 2
+        == auto["kv_bytes_per_token"]
+        == kvmath.kv_bytes_per_token(REPO_ROOT / "data/configs/qwen3-8b-128k", "auto")
+    )
+    assert fp8["capacity_tokens"] // 16 in (2 * auto["capacity_tokens"] // 16, 2 * auto["capacity_tokens"] // 16 + 1)
+    # the step: batch 8 at 8K is measured faster with fp8 (about -7%)
+    assert fp8["step_ms"] < auto["step_ms"] and adv.verdict.startswith("FP8 pays")
+    assert adv.warnings == []
+
+
+def test_another_model_and_extrapolation_warn():
+    adv = advise.advise("llama-3-8b", "h100", context=65536, batch=8)
+    text = " ".join(adv.warnings)
+    assert "outside batch 8's measured contexts" in text and "another model" in text and "another GPU" in text
+    adv = advise.advise("llama-3-70b", "h200", context=32768, batch=4)
+    assert adv.verdict.startswith("The weights do not leave any KV memory")
+
+
+def test_mix_uses_the_mean_context():
+    a = advise.advise("qwen3-8b-128k", "h200", batch=8, mix=advise.parse_mix("8192:1,1024:1"))
+    assert a.context == pytest.approx(4608)
+
+
+def test_held_out_points_within_five_percent():
+    rows = advise.validate(REF)
+    kinds = {r["held_out"] for r in rows}
+    assert kinds == {"context (interior)", "context (longest)", "batch"}
+    assert len(rows) >= 40 and max(abs(r["error_pct"]) for r in rows) < 5.0
+    # the committed table is this function's output
+    committed = (REF / "advise_validation.csv").read_text().splitlines()
+    assert len(committed) == len(rows) + 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["advise", "qwen3-8b", "--gpu", "b300"], "gpu"),
+        (["advise", "qwen3-8b", "--mix", "8192:-1"], "mix"),
+        (["advise", "qwen3-8b", "--batch", "0"], "batch"),
+        (["advise", "qwen3-8b", "--memory-gib", "80"], "gpu"),
+    ],
+)
+def test_bad_input_names_the_field(argv, field, capsys):
+    assert main(argv) == 2
+    assert f"{field}" in capsys.readouterr().err
+
+
+def test_cli_prints_both_dtypes(capsys):
+    assert main(["advise", "qwen3-8b-128k", "--context", "32768", "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "auto:" in out and "fp8:" in out and "decode step" in out
+    with pytest.raises(SpecError):
+        advise.parse_mix("x:1")

@@ -1,0 +1,89 @@
+"""The decision box (fp8lab.decision) on the committed H200 records: every number read by field from the rows, with
+its interval and n; missing evidence said as such; a real model's quality rows replace the 'not yet measured'."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from fp8lab import decision
+from fp8lab.paths import REPO_ROOT
+
+H200 = REPO_ROOT / "reports" / "h200"
+
+
+def _items(d):
+    return {i.what: i for i in d.buys + d.costs}
+
+
+def test_h200_decision_from_the_records():
+    d = decision.decide(H200)
+    it = _items(d)
+    # capacity: Study 06's engines at 24 GiB of KV, block counts (fp8 = 2 x auto + 1)
+    rows = json.loads((H200 / "06_decode_speed.rows.json").read_text())
+    blocks = {r["kv_dtype"]: r["value"] for r in rows if r["metric"] == "num_blocks"}
+    assert it["capacity"].text.startswith(f"{blocks['fp8'] / blocks['auto']:.2f}x the KV tokens")
+    assert "10,922 → 21,845 blocks" in it["capacity"].text and it["capacity"].link == "06_decode_speed.html#verdict"
+    # throughput at saturation: Study 01's paired delta at 64 in flight, its interval and n
+    assert (
+        "at 64 requests in flight (closed loop): +13.2% [+12.7, +13.6], n = 5 paired trials"
+        in it["throughput at saturation"].text
+    )
+    assert "at 32,768 tokens per request: 5 → 10 requests" in it["concurrency"].text
+    assert "batch 1, 1,024 tokens: +1.2% [+0.9, +1.6], n = 5" in it["decode step"].text
+    # the crossover's interval is clamped at 0 tokens (Study 06's batch-32 interval reaches below zero)
+    assert "batch 32: 381 tokens [0, 907]" in it["crossover"].text and "-457" not in it["crossover"].text
+    assert "chat at 64 conversations: +40.0 pp [+40.0, +40.1], n = 3" in it["prefix hits"].text
+    assert it["fixed cost"].text.startswith("fixed cost per decode step at batch 1 (the fits' intercepts): +0.075 ms")
+    # quality: the H200 report's Study 03 ran the shipped tiny model, so a real model's quality is missing
+    assert not it["quality"].measured
+    assert it["quality"].text.startswith("quality: not yet measured through the cache on a real model")
+    assert "batch 1 beyond about 7,895 tokens" in d.turn_on_if and "short of KV memory" in d.keep_auto_if + d.turn_on_if
+    assert "unmeasured quality change" in d.keep_auto_if
+
+
+def test_missing_evidence_is_said(tmp_path):
+    d = decision.decide(tmp_path)
+    assert all(not i.measured and "not" in i.text for i in d.buys + d.costs)
+    assert d.turn_on_if.startswith("not decidable from this report")
+    box = decision.decision_html(tmp_path)
+    assert box.startswith('<section id="decision">') and "(measured here)" not in box
+
+
+def test_a_real_model_quality_row_is_used(tmp_path):
+    shutil.copy(H200 / "06_decode_speed.rows.json", tmp_path)
+    row = {
+        "study": "quality", "metric": "tf_kl", "kv_dtype": "fp8", "baseline": "auto", "setting": "through the cache",
+        "subset": None, "concurrency": None, "batch": None, "context_len": None, "value": 0.0123, "ci_low": 0.01,
+        "ci_high": 0.015, "n": 200, "unit": "nats", "beyond_noise": True, "detectable": None, "evidence": "gpu",
+        "device": "NVIDIA H200", "model": "Qwen3-8B",
+    }  # fmt: skip
+    from fp8lab import summary_table as st
+
+    if "nats" not in st.UNITS:  # the schema's units: use one it has
+        row["unit"] = "ratio"
+    if "tf_kl" not in st.METRICS:
+        row["metric"] = next(m for m in st.METRICS if "kl" in m or "ppl" in m)
+    (tmp_path / "09_quality_real.rows.json").write_text(json.dumps([row]))
+    it = _items(decision.decide(tmp_path))
+    assert it["quality"].measured and "on Qwen3-8B" in it["quality"].text and "n = 200" in it["quality"].text
+    assert it["quality"].link is None or it["quality"].link.startswith("09_quality_real")
+
+
+def test_gpu_quick_profile_runs_its_own_notebooks():
+    """`fp8lab run --profile gpu-quick -p MODEL x` runs 00, 06 and 03 (the profile's `run:` list) with CUDA graphs,
+    both engines alive at 0.45 each, batch 8 capped by its prefill budget, and quality on real weights."""
+    from fp8lab.profiles import list_notebooks
+    from fp8lab.report import load_profile, resolved_parameters
+
+    prof = load_profile("gpu-quick")
+    paths = list_notebooks(prof["run"])
+    assert [p.stem[:2] for p in paths] == ["00", "06", "03"]
+    p06 = resolved_parameters(paths[1], prof, {"MODEL": "data/configs/qwen3-8b"})
+    assert p06["MODEL"] == "data/configs/qwen3-8b" and p06["ENFORCE_EAGER"] is False
+    assert p06["GPU_MEMORY_UTILIZATION"] * 2 <= 0.9 and p06["BATCHES"] == [1, 8]
+    # 7 points: batch 1 at 4 contexts; batch 8 where 8 x context fits the prefill cap
+    points = [(b, c) for b in p06["BATCHES"] for c in p06["CONTEXTS"] if b * c <= p06["MAX_PREFILL_TOKENS"]]
+    assert len(points) == 7 and max(p06["CONTEXTS"]) < p06["MAX_MODEL_LEN"]
+    p03 = resolved_parameters(paths[2], prof, {})
+    assert p03["KV_DTYPES"] == ["auto", "fp8"] and p03["ENGINE_ROUNDING"] == "rne"
