@@ -74,3 +74,31 @@ def test_one_theme_for_every_plots_module():
     expected = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook")}
     assert {k: mpl.rcParams[k] for k in expected} == expected
     assert mpl.rcParams["axes.grid"] is True and mpl.rcParams["axes.facecolor"] == "white"
+
+
+def test_study_08_capacity_bars_draw_the_table_values_in_the_theme():
+    """One bar per row with a capacity, its length the table's capacity_x, coloured by kv dtype; a formula-only row is
+    hatched and labelled as such; a row without a capacity is not drawn."""
+    from fp8lab.dtypes.plots import capacity_bars
+    from fp8lab.plots import kv_color
+
+    table = pd.DataFrame(
+        {
+            "label": ["auto", "fp8", "nvfp4", "broken"],
+            "kv_cache_dtype": ["auto", "fp8", "nvfp4", "int4_per_token_head"],
+            "capacity_x": [1.0, 2.0, 3.5, None],
+            "capacity_from": ["engine", "engine", "formula", None],
+        }
+    )
+    fig = capacity_bars(table)
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if isinstance(p, mpl.patches.Rectangle)]
+    assert [round(b.get_width(), 6) for b in bars] == [1.0, 2.0, 3.5]
+    assert [mpl.colors.to_hex(b.get_facecolor()) for b in bars] == [
+        kv_color("auto").lower(),
+        kv_color("fp8").lower(),
+        kv_color("nvfp4").lower(),
+    ]
+    assert [b.get_hatch() for b in bars] == [None, None, "//"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto", "fp8", "nvfp4 (formula)"]
+    assert mpl.rcParams["axes.grid"] is True  # drawn in fp8lab's theme
