@@ -299,7 +299,7 @@ class Request:
             self._check_forced()
 
     def _check_forced(self) -> None:
-        forced = self.forced_token_ids
+        forced: Any = self.forced_token_ids  # whatever the caller passed: checked here, not by its annotation
         if isinstance(forced, (str, bytes)) or not hasattr(forced, "__iter__"):
             raise SpecError("Request", "forced_token_ids", forced, "a sequence of token ids (ints >= 0) or None")
         raw = tuple(forced)
