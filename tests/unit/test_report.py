@@ -52,7 +52,9 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
         "RANDOM_TOKEN_LENGTHS",
         "KV_DTYPES",
         "START_ANYWAY",  # Study 08: the engine started only to show its own refusal
-        "MEASURE",  # Study 08: start and capacity only
+        "MEASURE",  # Study 08: fewer measure phases (a part of PHASES, checked below)
+        "ARMS",  # Study 06: fewer of cpu-tiny's arms (a part of its list, checked below)
+        "BATCHES",  # Study 06: fewer of cpu-tiny's batch sizes (a part of its list, checked below)
     }
     changed = {
         (nb, k)
@@ -65,6 +67,12 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
         was, now = (tiny["notebooks"].get(nb) or {}).get(k), quick["notebooks"][nb][k]
         if isinstance(was, list) and k != "ARRIVALS":
             assert all(x in was for x in now), (nb, k, now, was)
+        if k in ("ARMS", "BATCHES"):  # a part of cpu-tiny's list, never empty, never another value
+            assert isinstance(was, list) and now and set(now) < set(was), (nb, k, now, was)
+        if k == "MEASURE":  # cpu-tiny measures every phase (the notebook's default); quick measures fewer of them
+            from fp8lab.dtypes.spec import PHASES
+
+            assert "MEASURE" not in (tiny["notebooks"].get(nb) or {}) and set(now) < set(PHASES), (nb, now)
     assert "fewer" in quick["description"] and "cpu-tiny" in quick["description"]
 
 
@@ -88,11 +96,18 @@ def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
         "TASK_ITEMS",
         "SWEEP_BLOCK_SIZES",
         "MIN_LENGTH",
+        "QUALITY_LENGTH",  # Study 04: fewer tokens of each document scored (one decode step each)
+        "BATCHES",  # Study 06: fewer batch sizes, every context of cpu-tiny's grid kept (a line per batch)
     }, changed
     for nb, k in changed:
         was, now = tiny["notebooks"][nb][k], ci["notebooks"][nb][k]
-        if isinstance(was, list):
+        if k == "BATCHES":  # a part of cpu-tiny's batches; the contexts (the line's points) stay as cpu-ci has them
+            ctx = ci["notebooks"][nb]["CONTEXTS"]
+            assert now and set(now) < set(was) and len(ctx) >= 2, (nb, k, now, was, ctx)
+        elif isinstance(was, list):
             assert all(x in was for x in now) and len(now) >= 2, (nb, k, now, was)
+        elif k == "QUALITY_LENGTH":
+            assert 256 <= now < was, (nb, k, now, was)  # fewer scored tokens, still a document, not a sentence
         elif k != "MIN_LENGTH":
             assert 3 <= now < was, (nb, k, now, was)  # t-intervals keep at least 2 degrees of freedom
     nb04 = ci["notebooks"]["04_long_context_ramp_128k"]
