@@ -31,12 +31,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fp8lab import kvmath, roofline
 from fp8lab.errors import SpecError
 from fp8lab.paths import REPO_ROOT
-from fp8lab.stats import LinearFit, ols, t_quantile
+
+if TYPE_CHECKING:  # fp8lab.stats imports numpy and pandas: loaded where a fit is made, so `fp8lab estimate` stays light
+    from fp8lab.stats import LinearFit
 
 REFERENCE = REPO_ROOT / "reports" / "h200"
 DECODE = "06_decode_speed"
@@ -85,6 +87,8 @@ def fit_points(points: Sequence[dict[str, Any]], kv_dtype: str, batch: int) -> F
     pts = sorted((p for p in points if p["batch"] == batch), key=lambda p: p["context_len"])
     x = [float(p["context_len"]) for p in pts]
     y = [float(p[f"{kv_dtype}_step_ms"]) for p in pts]
+    from fp8lab.stats import ols
+
     return Fit(kv_dtype, batch, ols(x, y), tuple(int(p["context_len"]) for p in pts))
 
 
@@ -184,6 +188,8 @@ def predict_step(
         )
     if bandwidth_gbs and abs(bandwidth_gbs / ref.bandwidth_gbs - 1) > 0.01:
         warns.append(f"another GPU than the reference's {ref.device}: scaled by bandwidth only, not validated")
+    from fp8lab.stats import t_quantile
+
     h = t_quantile(df) * math.sqrt(max(var, 0.0)) if df >= 1 else math.inf
     return Step(ms, ms - h, ms + h, tuple(dict.fromkeys(warns)))
 
