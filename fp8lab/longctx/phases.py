@@ -109,18 +109,29 @@ def quality_documents(plan: LongCtxPlan) -> dict[str, list[tuple[int, ...]]]:
 
 
 def quality_phases(plan: LongCtxPlan) -> tuple[list[Phase], list[PasskeyItem]]:
-    """``div-text`` / ``div-random`` (whole documents scored through the KV cache: the first token as the prompt,
-    the rest forced token by token with ``top_k`` logprobs, :func:`fp8lab.scoring.forced_request`, so every
-    position after the first attends over K/V read back from the cache; one decode step per token) and
-    ``passkey`` (greedy, 8 tokens); one request at a time. Also returns the passkey items (keys, depths)."""
+    """``div-text`` / ``div-random`` and ``passkey`` (greedy, 8 tokens); one request at a time. Also returns the
+    passkey items (keys, depths).
+
+    The divergence documents are scored as ``plan.divergence_scoring`` says: ``cache`` (whole documents through
+    the KV cache: the first token as the prompt, the rest forced token by token with ``top_k`` logprobs,
+    :func:`fp8lab.scoring.forced_request`, so every position after the first attends over K/V read back from the
+    cache; one decode step per token) or ``one_pass`` (the whole document as the prompt, ``max_tokens=1``,
+    ``prompt_logprobs=top_k``: one prefill that reads the quantized cache, vllm-notes section 6)."""
     if plan.quality_model is None:
         return [], []
     phases = []
     for source, docs in quality_documents(plan).items():
         if docs:
-            reqs = tuple(
-                forced_request(d[:1], d[1:], plan.top_k, cls=source, tag=f"{source}-{j}") for j, d in enumerate(docs)
-            )
+            if plan.divergence_scoring == "one_pass":
+                reqs = tuple(
+                    Request(d, max_tokens=1, prompt_logprobs=plan.top_k, cls=source, tag=f"{source}-{j}")
+                    for j, d in enumerate(docs)
+                )
+            else:
+                reqs = tuple(
+                    forced_request(d[:1], d[1:], plan.top_k, cls=source, tag=f"{source}-{j}")
+                    for j, d in enumerate(docs)
+                )
             phases.append(Phase(f"div-{source}", reqs, concurrency=1))
     items: list[PasskeyItem] = []
     if plan.passkey_lengths:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fp8lab import kvmath
 from fp8lab.longdocs import PASSKEY_LABELS, PASSKEY_OUTPUT_TOKENS, InsertKind, PromptSource, length_grid
@@ -26,6 +26,11 @@ from fp8lab.specs import (
 
 STUDY = "04_long_context"
 BASELINE = "auto"
+#: How a divergence document is scored: ``cache`` (the first token as the prompt, the rest forced one decode step
+#: at a time, so every position reads K/V back from the cache; the default since 2026-12-03) or ``one_pass`` (the
+#: whole document as one prompt, ``max_tokens=1`` with prompt logprobs: one prefill, vllm-notes section 6; how
+#: the H200 run of 2026-11 was scored, which its committed store holds).
+DivergenceScoring = Literal["cache", "one_pass"]
 
 
 def _tuple(v: Any) -> tuple:
@@ -50,7 +55,8 @@ class LongCtxPlan:
 
     Quality (``quality_model``: real weights and a tokenizer; ``None`` skips it): ``quality_docs``
     real-text and ``quality_random_docs`` random-token documents of ``quality_length`` tokens scored
-    teacher-forced with ``top_k`` prompt logprobs; passkey prompts at ``passkey_lengths`` x
+    teacher-forced with ``top_k`` logprobs per position, through the KV cache or in one prefill
+    (``divergence_scoring``, :data:`DivergenceScoring`); passkey prompts at ``passkey_lengths`` x
     ``passkey_depths`` x ``passkey_trials``. When the quality model is the ramp model (and has real
     weights), the quality phases run on the ramp engines (no extra engine start).
     """
@@ -81,6 +87,7 @@ class LongCtxPlan:
     quality_docs: int = 1
     quality_random_docs: int = 1
     top_k: int = 5
+    divergence_scoring: DivergenceScoring = "cache"
     position_bins: int = 16
     passkey_lengths: tuple[int, ...] = ()
     passkey_depths: tuple[float, ...] = (0.1, 0.5, 0.9)
@@ -158,6 +165,7 @@ class LongCtxPlan:
         check_int(self, "quality_docs", self.quality_docs, 0, 1000)
         check_int(self, "quality_random_docs", self.quality_random_docs, 0, 1000)
         check_int(self, "top_k", self.top_k, 1, 20)
+        check_choice(self, "divergence_scoring", self.divergence_scoring, DivergenceScoring)
         check_int(self, "position_bins", self.position_bins, 1, 10_000)
         for v in self.passkey_lengths:
             check_int(self, "passkey_lengths", v, 32, 10_000_000)
@@ -229,6 +237,7 @@ class LongCtxPlan:
             quality_docs=p["QUALITY_DOCS"],
             quality_random_docs=p["QUALITY_RANDOM_DOCS"],
             top_k=p["TOP_K"],
+            divergence_scoring=p.get("DIVERGENCE_SCORING", "cache"),
             position_bins=p["POSITION_BINS"],
             passkey_lengths=tuple(last if v == "longest" else v for v in _tuple(p["PASSKEY_LENGTHS"])),
             passkey_depths=tuple(p["PASSKEY_DEPTHS"]),

@@ -317,9 +317,15 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
     lines.append("")
     s = c["silent"]
     lines.append(f"**4. Silent failure — {s['label']}.**")
+    scoring = (
+        "scored in one pass: one prefill with prompt logprobs per document"
+        if plan.divergence_scoring == "one_pass"
+        else "scored through the KV cache: one forced decode step per token"
+    )
     for dt, v in s["by_dtype"].items():
         lines.append(
-            f"- `{dt}` vs `auto`, teacher-forced on real text up to {_k(plan.doc_length)} tokens: top-1 flips at "
+            f"- `{dt}` vs `auto`, teacher-forced on real text up to {_k(plan.doc_length)} tokens ({scoring}): "
+            "top-1 flips at "
             f"{100 * v['flip_rate']:.2f}% of positions, mean |Δ logprob| {v['abs_dlogprob']:.4f} nats, KL ≥ "
             f"{v['kl']:.2e}; last bin / first bin {v['last_over_first']:.2f}, Spearman ρ with position "
             f"{v['spearman_rho']:.2f}. No error is raised either way: this is the silent part."

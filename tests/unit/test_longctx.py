@@ -365,6 +365,26 @@ def test_plan_checks_itself():
         lc.LongCtxPlan(model=TINY, lengths=(1024,), sweep_lengths=(2048,))
 
 
+def test_divergence_scoring_through_the_cache_or_in_one_pass():
+    """``cache`` (the default): the document's first token as the prompt, the rest forced, one decode step each;
+    ``one_pass``: the whole document as the prompt, one output token, prompt logprobs (the 2026-11 H200 run's
+    requests); both score the same tokens; anything else is a SpecError naming the field."""
+    kw = dict(model=TINY, lengths=(1024,), quality_model=TINY, quality_length=256, quality_random_docs=1, top_k=3)
+    cache, one = lc.LongCtxPlan(**kw), lc.LongCtxPlan(**kw, divergence_scoring="one_pass")
+    assert cache.divergence_scoring == "cache"
+    (pc, *_), _ = lc.quality_phases(cache)
+    (po, *_), _ = lc.quality_phases(one)
+    assert pc.name == po.name == "div-text"
+    (rc,), (ro,) = pc.requests, po.requests
+    doc = ro.prompt_token_ids
+    assert len(doc) == 256 and ro.max_tokens == 1 and ro.prompt_logprobs == 3 and ro.forced_token_ids is None
+    assert rc.prompt_token_ids == doc[:1] and rc.forced_token_ids == doc[1:] and rc.max_tokens == 255
+    assert rc.logprobs == 3 and not rc.prompt_logprobs
+    assert one.quality_context == cache.quality_context == 257
+    with pytest.raises(SpecError, match=r"divergence_scoring = 'prefill'.*cache \| one_pass"):
+        lc.LongCtxPlan(**kw, divergence_scoring="prefill")
+
+
 def test_phase_names_round_trip():
     assert lc.phase_meta("ramp-c4-L8160") == {"kind": "ramp", "concurrency": 4, "length": 8160}
     assert lc.phase_meta("randtok-L1024") == {"kind": "randtok", "concurrency": 1, "length": 1024}
