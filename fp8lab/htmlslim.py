@@ -10,11 +10,10 @@ writes, and committed pages are slimmed in place, without re-running their noteb
 - the stylesheet keeps only the rules whose selectors can match an element of the page (class names
   that occur in it) and the custom properties those rules use, and drops the JupyterLab UI icons
   (``--jp-icon-*`` data URLs); whitespace between the tags of tables goes;
-- embedded PNG figures are re-encoded: RGBA with an opaque alpha channel as RGB, then as a palette of 64,
-  128 or 256 colours, the smallest whose root-mean-square difference from the original is at most
+- embedded PNG figures are re-encoded: RGBA with an opaque alpha channel as RGB, then as a palette of 16,
+  32, 64, 128 or 256 colours, the smallest whose root-mean-square difference from the original is at most
   ``MAX_RMS`` = 4 of 255 levels (the anti-aliasing shades of a line merge into a neighbouring shade; not
-  visible; the reports' figures need 64). A figure keeps its original encoding when the new one is not
-  smaller.
+  visible). A figure keeps its original encoding when the new one is not smaller.
 
 Idempotent: a slimmed file is left byte-identical. Prints each file's size before and after.
 """
@@ -177,7 +176,7 @@ def slim_png(data: bytes) -> bytes:
     import numpy as np
 
     ref = np.asarray(im.convert("RGB"), dtype=float)
-    for colors in (64, 128, 256):  # the smallest palette that stays within MAX_RMS of the original
+    for colors in (16, 32, 64, 128, 256):  # the smallest palette that stays within MAX_RMS of the original
         q = im.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
         if np.sqrt(((np.asarray(q.convert("RGB"), dtype=float) - ref) ** 2).mean()) <= MAX_RMS:
             break

@@ -274,3 +274,35 @@ def test_store_only_shows_a_stored_failure_as_it_was(tmp_path, monkeypatch, tiny
     monkeypatch.setenv(results.STORE_ONLY_ENV, "1")
     res = results.run_cached(spec, [], study="x", root=tmp_path)
     assert res.status == "error" and res.error == "ValueError: q dtype e5m2"  # the engine's own reason
+
+
+def test_slim_png_takes_the_smallest_palette_within_max_rms():
+    """A figure is re-encoded as the smallest palette whose RMS difference from the original is at most MAX_RMS:
+    a plot with a 100-shade band needs only 16 colours, and the result is smaller, within the bound, and left as it is when slimmed
+    again."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from fp8lab.htmlslim import MAX_RMS, slim_png
+
+    rng = np.random.default_rng(0)
+    img = np.full((120, 200, 3), 255, dtype=np.uint8)
+    img[40:80, 20:180] = (76, 114, 176)  # a bar in the baseline blue
+    img[::7, :] = (221, 132, 82)  # grid lines
+    img[90:110, :, 0] = np.linspace(100, 200, 200).astype(np.uint8)  # 100 shades: more than 16 colours in all
+    assert len(np.unique(img.reshape(-1, 3), axis=0)) > 64
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "PNG")
+    raw = buf.getvalue()
+    out = slim_png(raw)
+    q = Image.open(io.BytesIO(out))
+    assert q.mode == "P" and len(q.getcolors()) <= 16 and len(out) < len(raw)
+    rms = np.sqrt(((np.asarray(q.convert("RGB"), dtype=float) - img) ** 2).mean())
+    assert rms <= MAX_RMS
+    assert slim_png(out) == out
+    noisy = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)  # no palette stays within the bound: kept as it is
+    buf = io.BytesIO()
+    Image.fromarray(noisy).save(buf, "PNG")
+    assert slim_png(buf.getvalue()) == buf.getvalue()
