@@ -8,7 +8,8 @@ What :func:`export_html` does to a copy of the executed notebook (the ``.ipynb``
 - code inputs are hidden; stderr (warnings, "Loading weights" bars, tqdm), progress widgets and carriage-return
   progress lines are dropped from the outputs;
 - long text outputs (the summary JSON that ``record_summary`` prints, reprs) and long tables are folded in
-  ``<details>``; an empty table says so; long floats in tables are shown to about 3 significant digits;
+  ``<details>`` (``fp8lab run`` then replaces the summary's fold by a link to the ``.summary.json`` beside the
+  page, :func:`fp8lab.htmlslim.link_summary_dump`); an empty table says so; long floats in tables are shown to about 3 significant digits;
 - every visible text goes through the reader's format (:func:`fp8lab.readable.tidy_page`: no NaN/None cells, no
   scientific notation, no negative zero, no raw exception, no machine path); frames and figures were already
   rendered by :mod:`fp8lab.readable` in the kernel;

@@ -15,6 +15,11 @@ writes, and committed pages are slimmed in place, without re-running their noteb
   ``MAX_RMS`` = 4 of 255 levels (the anti-aliasing shades of a line merge into a neighbouring shade; not
   visible). A figure keeps its original encoding when the new one is not smaller.
 
+- the folded dump of the summary (``record_summary``'s print, "All N recorded values as JSON") becomes a link
+  to ``<stem>.summary.json`` beside the page (:func:`link_summary_dump`), only when that file holds exactly the
+  same values: ``fp8lab run`` does this once the page and its summary are in place, and the command line does
+  it for a page whose summary file lies beside it.
+
 Idempotent: a slimmed file is left byte-identical. Prints each file's size before and after.
 """
 
@@ -200,12 +205,38 @@ def slim(html: str) -> str:
     return squeeze_tables(slim_images(slim_styles(drop_scripts(drop_code_inputs(html)))))
 
 
+_SUMMARY_DUMP = re.compile(
+    r'<details class="fp8lab-fold"><summary>(All (\d+) recorded values as JSON)[^<]*</summary><pre>(.*?)</pre></details>',
+    re.S,
+)
+
+
+def link_summary_dump(html_text: str, summary_path: Path) -> str:
+    """``html_text`` with its folded summary dump replaced by a link to ``summary_path`` (a sibling file, linked by
+    name), when that file's values equal the dump's; else unchanged (no dump, no file, other values)."""
+    import html as html_mod
+    import json
+
+    m = _SUMMARY_DUMP.search(html_text)
+    if m is None or not summary_path.is_file():
+        return html_text
+    try:
+        same = json.loads(html_mod.unescape(m.group(3))) == json.loads(summary_path.read_text(encoding="utf-8"))
+    except ValueError:
+        return html_text
+    if not same:
+        return html_text
+    name = html_mod.escape(summary_path.name)
+    link = f'<p class="fp8lab-summary-link">{m.group(1)}: <a href="{name}">{name}</a> (beside this page).</p>'
+    return html_text[: m.start()] + link + html_text[m.end() :]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
     for f in ap.parse_args().files:
         before = f.read_text(encoding="utf-8")
-        after = slim(before)
+        after = link_summary_dump(slim(before), f.with_name(f.name[: -len(".html")] + ".summary.json"))
         if after != before:
             f.write_text(after, encoding="utf-8")
         print(f"{f}: {len(before.encode()):,} -> {len(after.encode()):,} bytes")

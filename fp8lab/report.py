@@ -230,6 +230,13 @@ def run_notebook(
                 os.replace(src, dst)
             else:
                 dst.unlink(missing_ok=True)
+        if final_html.exists() and final_summary.exists():  # the page links the summary beside it, not a copy
+            from fp8lab.htmlslim import link_summary_dump
+
+            page = final_html.read_text(encoding="utf-8")
+            linked = link_summary_dump(page, final_summary)
+            if linked != page:
+                final_html.write_text(linked, encoding="utf-8")
         entry["html"] = final_html.name if final_html.exists() else None
     else:
         for src, dst in ((out_nb, out_dir / f"{stem}.failed.ipynb"), (out_html, out_dir / f"{stem}.failed.html")):

@@ -306,3 +306,25 @@ def test_slim_png_takes_the_smallest_palette_within_max_rms():
     buf = io.BytesIO()
     Image.fromarray(noisy).save(buf, "PNG")
     assert slim_png(buf.getvalue()) == buf.getvalue()
+
+
+def test_the_summary_dump_becomes_a_link_only_to_the_same_values(tmp_path):
+    """A page's folded summary dump is replaced by a link to the summary file beside it when that file holds the same
+    values; a file with other values, or none, leaves the page as it is."""
+    from fp8lab.htmlslim import link_summary_dump
+
+    values = {"a.x": 1.5, "b": [1, 2], "note": "<&>"}
+    dump = json.dumps(values, indent=2, sort_keys=True)
+    page = "<p>before</p>" + htmlexport._fold_text(dump, "Printed output")["data"]["text/html"] + "<p>after</p>"
+    assert "All 3 recorded values as JSON" in page
+    summary = tmp_path / "09_study.summary.json"
+    assert link_summary_dump(page, summary) == page  # no file
+    summary.write_text(json.dumps({**values, "a.x": 1.6}))
+    assert link_summary_dump(page, summary) == page  # other values
+    summary.write_text(json.dumps(values))  # the same values, another layout
+    linked = link_summary_dump(page, summary)
+    assert linked == (
+        '<p>before</p><p class="fp8lab-summary-link">All 3 recorded values as JSON: '
+        '<a href="09_study.summary.json">09_study.summary.json</a> (beside this page).</p><p>after</p>'
+    )
+    assert link_summary_dump(linked, summary) == linked
