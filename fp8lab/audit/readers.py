@@ -369,9 +369,9 @@ def physics_step_cut(claimed_cut: float, what: str) -> Finding | None:
     return finding(
         REFUTED,
         f"{what}: a {100 * claimed_cut:.0f}% cut of the decode step (x{1 / (1 - claimed_cut):.2f} throughput)",
-        "halving the KV bytes can at most halve a memory-bound step (the KV read can "
-        "at best be all of it): no model or GPU allows more than a 50% cut (x2 throughput) at the same "
-        "batch, without preemption or offload in the baseline",
+        "halving the bytes a step reads (the KV cache, or weights and KV alike) can at most halve a memory-bound "
+        "step, and FP8 math at most doubles a compute-bound one: no model or GPU allows more than a 50% cut (x2 "
+        "throughput) at the same batch, without preemption or offload in the baseline",
         {"claimed_cut": claimed_cut},
         detectable="exact (an upper bound)",
         basis=PHYSICS,

@@ -90,9 +90,10 @@ CLAIM7 = {1: -1.7, 8: -2.9, 16: -4.4}
 
 @per_report("7")
 def rule_loss_grows_with_batch(rep: Report) -> Finding:
-    """SGLang is not run here, so no run decides this claim. Shown as the nearest evidence: vLLM's throughput deltas
-    per concurrency (Study 01, with CIs, each judged against the claimed loss at the nearest batch) and, where Study
-    06 ran, how FP8's decode step changes with the batch at one context."""
+    """vLLM's throughput deltas per concurrency (Study 01, with CIs, each judged against the claimed loss at the
+    nearest batch by `judge`: any contradicted -> refuted, all hold -> confirmed, else inconclusive) and, where
+    Study 06 ran, how FP8's decode step changes with the batch at one context (shown). The claim is SGLang's on an
+    A100: the setting match caps a decisive verdict at 'not reproduced here'."""
     parts, text = [], []
     s01, s06 = rep.optional("01"), rep.optional("06")
     st = None
@@ -120,9 +121,9 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         raise Missing("no concurrency sweep (01) or decode grid (06)")
     det = "vLLM throughput 95% CI half-widths " + ", ".join(f"+-{half_width(tp[c]):.1f}%" for c in cs) if cs else ""
     return finding(
-        NOT_TESTABLE,
+        parts_verdict(dict(enumerate(parts))) if parts else NOT_TESTABLE,
         "; ".join(text),
-        "no SGLang run: vLLM's numbers are the nearest evidence",
+        "vLLM's throughput deltas judged against the claimed losses: " + ", ".join(parts),
         {"outcomes_vs_claim": parts},
         setting=st,
         detectable=det,
