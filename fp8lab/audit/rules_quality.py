@@ -171,11 +171,17 @@ CLAIM11_FAIL = 0.85
 
 
 def _top3_resolution(top3: Mapping[str, Any] | None) -> tuple[float | None, str]:
-    """The detectable effect of a top-3 rate: half Study 03's 95% CI of its ``fp8`` rate (:func:`quality_top3`)."""
+    """The resolution of a top-3 rate: half Study 03's 95% bootstrap CI of its ``fp8`` rate (:func:`quality_top3`),
+    which the rules use as its interval, and the difference it detects with 80% power (normal quantiles)."""
     if top3 and top3.get("ci") is not None:
+        from fp8lab import stats
+
         lo, hi = top3["ci"]
         h = (float(hi) - float(lo)) / 2
-        return h, f"+-{h:.3f} (95% CI half-width of the top-3 rate over Study 03's prompts)"
+        return h, (
+            f"{stats.detectable_from_interval(float(lo), float(hi)):.3f} at 80% power (95% bootstrap CI half-width "
+            f"{h:.3f} of the top-3 rate over Study 03's prompts)"
+        )
     return None, "the prompt set's size (no CI recorded)"
 
 

@@ -20,7 +20,7 @@ from fp8lab.audit.readers import (
     _gb,
     decode_detectable,
     decode_grid,
-    half_width,
+    detectable_text,
     physics_step_cut,
     serving_concurrency,
     serving_delta,
@@ -116,7 +116,7 @@ def rule_short_requests_slower(rep: Report) -> Finding:
         "throughput at the smallest concurrency",
         {"delta": dict(d)},
         setting=rep.setting("01"),
-        detectable=f"+-{half_width(d):.1f}% (95% CI half-width)",
+        detectable=detectable_text({"throughput": d}),
     )
 
 

@@ -51,8 +51,8 @@ ABOUT_TOL = 0.15
 MEMORY_NOISE = 0.02
 #: Open loop (claim 8): the sender kept its schedule when achieved / scheduled rate is within 5% of 1.
 OPEN_LOOP_RATE_TOL = 0.05
-#: z for a two-sided 95% interval, and the MAD-to-sigma factor of a normal distribution.
-Z95, MAD_SIGMA = 1.96, 1.4826
+#: z for a two-sided 95% interval, z for 80% power, and the MAD-to-sigma factor of a normal distribution.
+Z95, Z80, MAD_SIGMA = 1.96, 0.8416, 1.4826
 #: Halving the KV bytes can at most halve a memory-bound decode step: a cut above 50% (a gain above x2) is
 #: impossible by bandwidth whatever the model (the KV share of the bytes read approaches 1 at best).
 MAX_FP8_STEP_CUT = 0.5

@@ -322,7 +322,9 @@ def test_claim5_confirm_refute_inconclusive():
     assert here(f) == REFUTED and f.verdict == NOT_REPRODUCED  # the cap: the seed's GPU and open loop differ
     assert "load: claim open-loop rate (10 req/s), evidence closed-loop concurrency" in f.on_what
     f = run("5", ev(rep(s01=_s05(width=40))))  # the CI holds both the claim and no effect
-    assert f.verdict == INCONCLUSIVE and "output tok/s +-40.0%" in f.detectable
+    # detectable at 80% power from the interval [-47.9, +32.1] (no n recorded: normal quantiles), on the log
+    # ratio: (ln 1.321 - ln 0.521) / 2 / 1.96 x (1.96 + 0.84) = 0.665 -> e^0.665 - 1 = 94.4%
+    assert f.verdict == INCONCLUSIVE and "output tok/s 94.4%" in f.detectable and "80% power" in f.detectable
 
 
 def test_claim5_cpu_cannot_refute_a_gpu_serving_claim():
@@ -402,7 +404,8 @@ def test_claim6_capacity_and_speed():
     # speed: +18.3% reached at some batch (a step ratio of 1/1.183) confirms; +7.8% at the largest batch is inconclusive
     assert here(run("6b", ev(rep(s06=_s06([_pt(1, 8192, 1.0), _pt(32, 8192, 1 / 1.183)]))))) == CONFIRMED
     g = run("6b", ev(rep(s06=_s06([_pt(1, 8192, 1.001), _pt(8, 8192, 0.928)]))))
-    assert g.verdict == INCONCLUSIVE and "B=8 +7.8%" in g.measured and "+-0.24% step time" in g.detectable
+    # the flat summary's median half-width 0.24% at 80% power: x (1.96 + 0.84) / 1.96 = 0.34%
+    assert g.verdict == INCONCLUSIVE and "B=8 +7.8%" in g.measured and "0.34% step time detectable" in g.detectable
 
 
 def test_claim13_17_22_on_decode_points():
@@ -933,3 +936,94 @@ def test_the_cpu_report_alone_decides_only_what_a_cpu_can():
     rows = {r["id"]: r for r in audit.audit(e)}
     assert rows["13a"]["by_report"] == {"physics": REFUTED, "cpu-tiny": "refuted (analogue)"}
     assert rows["5"]["by_report"] == {"cpu-tiny": "refuted (analogue)"}
+
+
+# ------------------------------------------------------------------------------------------ settings match (issue 35)
+def test_setting_match_dimensions():
+    h200 = audit.Setting("NVIDIA H200", "qwen3-8b", "0.26.0", True, "dummy", "", "closed-loop concurrency")
+    assert audit.evidence_dims(h200) == {
+        "intervention": "KV only",
+        "engine": "vLLM",
+        "device": "Hopper",
+        "load": "closed-loop concurrency",
+        "scale": "mid",
+    }
+    s000 = audit.CLAIMS_BY_ID["5"].where  # Qwen3-14B on vLLM, GPU unstated, open loop at 10 req/s: all matter
+    assert audit.mismatches(s000, h200) == [
+        "device: claim unstated, evidence Hopper",
+        "load: claim open-loop rate (10 req/s), evidence closed-loop concurrency",
+    ]  # 14B and 8B are one size class; KV only and vLLM match
+    assert audit.mismatches(audit.CLAIMS_BY_ID["4a"].where, h200) == []  # capacity: only intervention and engine
+    tiny = audit.Setting("NVIDIA H200", "fp8lab-tiny-qwen3", load="offline batch")
+    assert "scale: claim Llama-2-70B (large), evidence tiny" in audit.mismatches(audit.CLAIMS_BY_ID["36"].where, tiny)
+    with pytest.raises(SpecError, match="ClaimSetting.matters"):
+        audit.ClaimSetting("x", matters=("gpu",))
+
+
+def test_cap_confirms_refutes_abstains_and_caps():
+    """One rule (claim 30: FP8 may slow short requests, seed 000, vLLM, KV only; intervention and engine matter) on
+    constructed Study 06 summaries: confirms, refutes and abstains in a matching setting; claim 29 (seed 002,
+    SGLang) on the same evidence is capped; a physics finding is never capped."""
+    slow, fast, wide = _pt(1, 1024, 1.012), _pt(1, 1024, 0.95), _pt(1, 1024, 1.0, hw=0.02)
+    assert run("30", ev(rep(s06=_s06([slow, _pt(8, 1024, 1.0)])))).verdict == CONFIRMED
+    assert run("30", ev(rep(s06=_s06([fast])))).verdict == REFUTED
+    assert run("30", ev(rep(s06=_s06([wide])))).verdict == INCONCLUSIVE
+    assert run("30", ev()).verdict == NOT_TESTABLE
+    f = run("29", ev(rep(s06=_s06([slow]))))  # "throughput unchanged or better on Hopper": fails on vLLM, capped
+    assert f.verdict == NOT_REPRODUCED and here(f) == REFUTED and "engine: claim SGLang, evidence vLLM" in f.match
+    g = run("29", ev(rep(s06=_s06([fast]))))
+    assert g.verdict == NOT_REPRODUCED and here(g) == CONFIRMED
+    # setting-free: the cost claim (x2.6 throughput) is refuted by physics whatever the setting
+    p = run("39", ev())
+    assert p.verdict == REFUTED and p.basis == audit.PHYSICS and "setting-free" in p.match
+    # the cap itself on a bare finding: no mismatch keeps the verdict, a mismatch caps it and keeps the uncapped one
+    st = audit.Setting("NVIDIA H200", "qwen3-8b", load="offline batch")
+    kept = audit.cap(audit.CLAIMS_BY_ID["30"], audit.finding(CONFIRMED, "m", "w", setting=st))
+    assert kept.verdict == CONFIRMED and kept.match == "matches on intervention, engine"
+    capped = audit.cap(audit.CLAIMS_BY_ID["17"], audit.finding(REFUTED, "m", "w", setting=st))
+    assert capped.verdict == NOT_REPRODUCED and capped.details["uncapped"] == REFUTED
+    assert capped.details["mismatch"][0] == "device: claim unstated, evidence Hopper"
+    inc = audit.cap(audit.CLAIMS_BY_ID["17"], audit.finding(INCONCLUSIVE, "m", "w", setting=st))
+    assert inc.verdict == INCONCLUSIVE  # below the cap: unchanged
+
+
+def test_seed_claims_on_constructed_evidence():
+    # 32: preemptions rise with concurrency (confirm), fall (refute), never happen (abstain)
+    def pre(lo: dict, hi: dict) -> dict:
+        return s01({}, concurrency=(8, 64), preemptions_by_concurrency={"8": lo, "64": hi})
+
+    assert here(run("32", ev(rep(s01=pre({"auto": 0.0}, {"auto": 90.0}))))) == CONFIRMED
+    assert here(run("32", ev(rep(s01=pre({"auto": 5.0}, {"auto": 0.0}))))) == REFUTED
+    assert run("32", ev(rep(s01=pre({"auto": 0.0}, {"auto": 0.0})))).verdict == INCONCLUSIVE
+    assert run("32", ev(rep(s01=pre({"auto": 0.0}, {"auto": 90.0})))).verdict == NOT_REPRODUCED  # GPU unstated
+    # 34: seed 000's uniform draw sends a mean input of (128 + 1024 + 8192) / 3 = 3,115 tokens, not 1,203
+    f34 = run("34", ev())
+    assert f34.verdict == REFUTED and f34.details["stated_mean"][0] == pytest.approx(1203.2)
+    assert f34.details["drawn_mean"][0] == pytest.approx(3114.667, abs=1e-3)
+    # 40 / 41 / 12b on Study 07: FP8's hit-rate gain beyond auto's knee, and hit-vs-cold identity
+    gain = {"n_active": 64, "dhit_pp": 40.0, "dhit_pp_ci_low": 39.9, "dhit_pp_ci_high": 40.1}
+    s07 = {
+        **_s07("refuted"),
+        "block_size": 16,
+        "chat.gain": {**gain, "auto_hit_rate": 0.109, "fp8_hit_rate": 0.51, "tput_ratio": 1.36},
+        "correctness": [
+            {"kind": "hit_decode", "kv_dtype": "fp8", "cached_tokens_min": 560, "prompts": 4, "tokens_equal": 1.0}
+        ],
+    }
+    assert here(run("40", ev(rep(s07=s07)))) == CONFIRMED
+    none = {**s07, "chat.gain": {**s07["chat.gain"], "dhit_pp_ci_low": -0.1, "tput_ratio": 0.99}}
+    assert here(run("40", ev(rep(s07=none)))) == REFUTED
+    f41 = run("41", ev(rep(s07=s07)))
+    assert here(f41) == REFUTED and "intervention: claim FP8 weights + KV, evidence KV only" in f41.match
+    f12b = run("12b", ev(rep(s07=s07)))
+    assert here(f12b) == CONFIRMED and f12b.details["gpu"]["parts"]["block 256 raises it"] == "untested"
+    assert run("40", ev()).verdict == run("38", ev()).verdict == NOT_TESTABLE
+    # 36: Study 03's own verdict on E4M3; a 6.8M model cannot stand for Llama-2-70B (capped)
+    q = {"fp8.verdict": "negligible", "fp8.delta_ppl_pct": 0.09, "fp8.top3_match": 0.95}
+    f36 = run("36", ev(rep("tiny", TINY_GPU, s03=q)))
+    assert f36.verdict == NOT_REPRODUCED and here(f36) == CONFIRMED
+    # 42, 43: arithmetic and computation, setting-free
+    assert run("42", ev()).details["entries"] == {16: 8192, 256: 512} and run("42", ev()).verdict == REFUTED
+    pytest.importorskip("torch")
+    f43 = run("43", ev())
+    assert f43.verdict == REFUTED and f43.details["top3_unchanged"] is True
