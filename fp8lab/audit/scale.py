@@ -199,7 +199,8 @@ def combine(findings: Mapping[str, Finding]) -> Finding:
 def cap(claim: Claim, f: Finding) -> Finding:
     """``f`` with its setting checked against the claim's (:func:`fp8lab.audit.match.mismatches`): a confirmation or
     refutation from evidence that differs from the claim's setting on a dimension that matters becomes ``not
-    reproduced here``, naming the mismatch and what the evidence shows in its own setting (``details['uncapped']``);
+    reproduced here``, naming the mismatch (``match``) and what the evidence shows in its own setting
+    (``details['uncapped']``);
     a finding on a setting-free basis (physics, arithmetic, a documented fact, introspection, a computation, the
     seed's own script) or without an evidence setting is left as it is, with its match stated."""
     s = _setting_of(f)
@@ -210,13 +211,12 @@ def cap(claim: Claim, f: Finding) -> Finding:
     text = match_text(claim.where, s)
     if not mm or f.verdict not in (CONFIRMED, REFUTED):
         return dataclasses.replace(f, match=text)
-    here = "holds" if f.verdict == CONFIRMED else "fails"
     return dataclasses.replace(
         f,
         verdict=NOT_REPRODUCED,
-        on_what=f"in its own setting the claim {here} ({f.verdict} there), but the setting differs where it can "
-        f"change the answer: {'; '.join(mm)}. " + f.on_what,
-        details={**f.details, "uncapped": f.verdict, "mismatch": mm},
+        on_what=f"{f.verdict} in the evidence's own setting, capped: the settings differ where it matters (setting "
+        "match). " + f.on_what,
+        details={**f.details, "uncapped": f.verdict},  # the mismatch is named in `match`
         match=text,
         headline="",
     )
@@ -247,14 +247,13 @@ def decide(claim: Claim, findings: Mapping[str, Finding], extra: Mapping[str, Fi
             ),
         )
     if analogue:
-        a = "; ".join(f"[{k}, analogue: {_setting_of(f).text}] {f.verdict} ({f.measured})" for k, f in analogue.items())
+        # the analogue's setting is in the evidence table (and in `settings` of the summary): named, not repeated
+        a = "; ".join(f"[{k}, analogue] {f.verdict} ({f.measured})" for k, f in analogue.items())
         by = {**out.by_report, **{k: f"{f.verdict} (analogue)" for k, f in analogue.items()}}
         details = {
             **out.details,
-            **{
-                k: {"verdict": f.verdict, "analogue": True, **{x: y for x, y in f.details.items() if x != "_setting"}}
-                for k, f in analogue.items()
-            },
+            # an analogue's numbers are in `measured`; its details are not repeated
+            **{k: {"verdict": f.verdict, "analogue": True} for k, f in analogue.items()},
         }
         out = dataclasses.replace(
             out, measured=(out.measured + " | " if out.measured else "") + a, by_report=by, details=details

@@ -68,8 +68,9 @@ def evidence_frame(ev: Evidence) -> Any:
 
 
 def verdict_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
-    """The audit table: claim, source, the claim's setting, verdict, basis, the evidence's setting and how it matches
-    the claim's, detectable effect, what was measured, why, links."""
+    """The audit table: claim, the claim's setting (structured; the source's prose is in the per-claim details and
+    the summary), verdict, basis, the evidence's setting and how it matches the claim's, detectable effect, what
+    was measured, why, links."""
     import pandas as pd
 
     return pd.DataFrame(
@@ -77,7 +78,6 @@ def verdict_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
             {
                 "#": r["id"],
                 "claim": r["claim"],
-                "source": r["source"],
                 "claim's setting": r.get("claim_setting", ""),
                 "verdict": r["verdict"],
                 "basis": r["basis"],
