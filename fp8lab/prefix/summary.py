@@ -103,6 +103,8 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
                         "tput_ratio",
                     )
                 }
+                if "dhit_deterministic" in best:  # every trial gave this difference: it has no interval
+                    s[f"{w.kind}.gain"]["dhit_deterministic"] = bool(best["dhit_deterministic"])
     s["claim_verdict"] = claim_verdict(s, base, other)
     s["claim_evidence"] = claim_evidence(s, base, other)
     return s
