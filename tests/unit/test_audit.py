@@ -961,12 +961,14 @@ def test_setting_match_dimensions():
 
 
 def test_cap_confirms_refutes_abstains_and_caps():
-    """One rule (claim 30: FP8 may slow short requests, seed 000, vLLM, KV only; intervention and engine matter) on
-    constructed Study 06 summaries: confirms, refutes and abstains in a matching setting; claim 29 (seed 002,
-    SGLang) on the same evidence is capped; a physics finding is never capped."""
+    """Claim 30 (FP8 may slow short requests, seed 000, vLLM, KV only; intervention and engine matter) on
+    constructed Study 06 summaries confirms and abstains in a matching setting (an existence claim: one setting
+    where it does not happen cannot refute it); claim 4a refutes there; claim 29 (seed 002, SGLang) on the same
+    evidence is capped; a physics finding is never capped."""
     slow, fast, wide = _pt(1, 1024, 1.012), _pt(1, 1024, 0.95), _pt(1, 1024, 1.0, hw=0.02)
     assert run("30", ev(rep(s06=_s06([slow, _pt(8, 1024, 1.0)])))).verdict == CONFIRMED
-    assert run("30", ev(rep(s06=_s06([fast])))).verdict == REFUTED
+    assert run("30", ev(rep(s06=_s06([fast])))).verdict == INCONCLUSIVE  # "may": not refuted by one setting
+    assert run("4a", ev(rep(s04=_frontier([40, 30, 20, 10], [60, 45, 30, 15])))).verdict == REFUTED  # x1.5 on vLLM
     assert run("30", ev(rep(s06=_s06([wide])))).verdict == INCONCLUSIVE
     assert run("30", ev()).verdict == NOT_TESTABLE
     f = run("29", ev(rep(s06=_s06([slow]))))  # "throughput unchanged or better on Hopper": fails on vLLM, capped
