@@ -184,7 +184,7 @@ def test_delta_row_on_five_paired_trials():
     line = serving.delta_line(pd.Series(r))
     assert (
         "n=5 paired trials, 95% t-interval" in line
-        and "detectable >=" in line
+        and "detectable at 80% power >=" in line
         and line.endswith("better, beyond noise")
     )
 
