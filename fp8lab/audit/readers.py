@@ -380,12 +380,10 @@ def decode_grid(rep: Report) -> list[dict[str, Any]]:
 def decode_detectable(rep: Report) -> str:
     """Study 06's smallest detectable effect: the change each paired point detects with 80% power (its interval on
     the log ratio, t on n - 1 df), median and largest over the grid, from its rows where the report has them, else
-    from its flat summary's half-widths (:func:`_decode_detectable`)."""
+    from its flat summary's points (their half-widths, :func:`_decode_detectable`, where no point has an interval)."""
     from fp8lab import stats
 
-    if rep.study_rows("06") is None:
-        return _decode_detectable(rep.study("06"))
-    pts = decode_grid(rep)
+    pts = decode_grid(rep)  # rows by field, else the flat summary's points: both carry each point's interval and n
     det = sorted(
         100
         * math.expm1(
@@ -397,13 +395,12 @@ def decode_detectable(rep: Report) -> str:
         if p["ratio_ci_low"] and p["ratio_ci_low"] > 0
     )
     if not det:
-        return "the points' 95% CIs"
+        return _decode_detectable(rep.study("06")) if rep.study_rows("06") is None else "the points' 95% CIs"
     k = len(det) // 2
     med = det[k] if len(det) % 2 else (det[k - 1] + det[k]) / 2
     ns = sorted({int(p["n"]) for p in pts if p.get("n")})
-    return (
-        f"{med:.2f}% step time detectable at 80% power (median over the grid, largest {det[-1]:.2f}%; paired t, "
-        f"n={'/'.join(map(str, ns)) or '?'} per point)"
+    return f"{med:.2f}% step time detectable at 80% power (median over the grid, largest {det[-1]:.2f}%; " + (
+        f"paired t, n={'/'.join(map(str, ns))} per point)" if ns else "normal quantiles: n not recorded)"
     )
 
 
