@@ -70,7 +70,10 @@ def _clean(o: Any) -> Any:
 
 
 def record_summary(
-    values: dict[str, Any], path: str | Path | None = None, rows: Sequence[dict[str, Any]] | None = None
+    values: dict[str, Any],
+    path: str | Path | None = None,
+    rows: Sequence[dict[str, Any]] | None = None,
+    show: bool = True,
 ) -> Path:
     """Write a notebook's key numbers as JSON and show them.
 
@@ -79,6 +82,8 @@ def record_summary(
     ``rows`` (the study's typed summary rows, :mod:`fp8lab.summary_table`) are validated first (a bad row raises
     before anything is written) and written beside it as ``<stem>.rows.json`` and ``.rows.parquet``; without
     ``rows`` a rows file left there by an earlier run is removed, so it never stands beside a newer summary.
+    ``show=False`` prints one line naming the file instead of the JSON (a summary that repeats a page's own table,
+    as the claims audit's does, would double the page).
     """
     from fp8lab import summary_table
 
@@ -92,7 +97,10 @@ def record_summary(
         summary_table.parquet_path(rows_file).unlink(missing_ok=True)
     clean = _clean(values)
     target.write_text(json.dumps(clean, indent=2, sort_keys=True))
-    print(json.dumps(clean, indent=2, sort_keys=True))
+    if show:
+        print(json.dumps(clean, indent=2, sort_keys=True))
+    else:
+        print(f"{len(clean)} recorded values written to {target.name} (not repeated here: the tables above hold them)")
     return target
 
 

@@ -28,7 +28,12 @@ def audit_html(rows: Sequence[dict[str, Any]], notebook_html: str | None = None)
             f'<a href="{html.escape(x["href"])}">{html.escape(x["label"])}</a>' for x in r.get("links") or []
         )
         on = f"<br><small>{html.escape(r['on_what'])}</small>" if r.get("on_what") else ""
-        for label, key in (("setting", "setting"), ("smallest detectable effect", "detectable"), ("basis", "basis")):
+        for label, key in (
+            ("setting", "setting"),
+            ("setting match", "match"),
+            ("smallest detectable effect", "detectable"),
+            ("basis", "basis"),
+        ):
             if r.get(key):
                 on += f"<br><small>{label}: {html.escape(str(r[key]))}</small>"
         verdict = str(r.get("verdict", ""))
@@ -697,7 +702,7 @@ table.nums th{{font-weight:normal;color:#333;background:#f6f6f6}}
 #decision li.not-measured{{color:#6a4b00}}#headline li{{margin:.3em 0}}
 .failed{{color:#b00}}small,.prov{{color:#555}}section.study{{margin:1.2em 0}}section.study h3{{margin-bottom:.2em}}
 .v-confirmed{{background:#d8f0d8}}.v-refuted{{background:#f6d5d5}}.v-depends{{background:#fbeccb}}
-.v-not-testable-here{{background:#e6e6e6}}.v-inconclusive{{background:#fbeccb}}table.audit td:nth-child(3){{font-weight:bold;white-space:nowrap}}</style></head><body>
+.v-not-testable-here{{background:#e6e6e6}}.v-not-reproduced-here{{background:#dde6f6}}.v-inconclusive{{background:#fbeccb}}table.audit td:nth-child(3){{font-weight:bold;white-space:nowrap}}</style></head><body>
 <h1>fp8lab report &mdash; profile <code>{profile}</code></h1>
 {decision_html(out_dir)}
 {headline_html(summary)}

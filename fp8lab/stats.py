@@ -17,13 +17,24 @@ Conventions, one per question:
   of two estimates, so its interval is Fieller's (Fieller, "Some problems in interval estimation",
   JRSS B 16, 1954), which can be one-sided or unbounded when the slope difference is not resolved.
   :func:`fieller_root`.
-- **The smallest effect a run could detect**: the half-width of its 95% interval (an effect smaller than
-  that is indistinguishable from none). :func:`detectable_pct`.
+- **The smallest detectable effect** of a design: the true effect it would detect with 80% power in a two-sided
+  5% test, ``(q_{0.975} + q_{0.80}) x SE`` with ``q`` the Student-t quantiles of the design's degrees of freedom
+  (paired t: ``n - 1``) or the normal ones for a large-sample or bootstrap interval (Cohen, *Statistical Power
+  Analysis*, 1988, ch. 2; the SE is recovered from the recorded interval as half-width / ``q_{0.975}``). The
+  interval's half-width alone is the effect detected only half the time (50% power). :func:`detectable_effect`,
+  :func:`detectable_from_interval`, :func:`power_detectable_pct` (a ratio's, on the log scale;
+  :func:`ratio_half_width_pct` is the half-width).
+- **Intervals only over what varies**: a quantity that every repetition reproduces exactly (a deterministic
+  replay: Study 07's prefix hit rates) has no sampling interval; :func:`deterministic` says so and
+  :func:`interval_text` writes ``deterministic, no interval`` instead of ``+-0.0``.
 - **Bootstrap CI of a delta of independent samples** (e.g. every request's TTFT under A and under B): percentile
   bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13) of ``stat(B) / stat(A) - 1``.
   With clusters the resampling is two-level (trials with replacement, then requests within each chosen trial), so
-  engine-to-engine variation widens the interval (Davison & Hinkley, *Bootstrap Methods*, 1997, sec. 3.8). A delta
-  whose interval contains zero is labelled ``"within noise"``. :func:`bootstrap_delta`.
+  engine-to-engine variation widens the interval (Davison & Hinkley, *Bootstrap Methods*, 1997, sec. 3.8). With
+  ``within=False`` whole clusters are resampled and kept intact: **request-level resampling** of latency gaps (a
+  request's inter-token gaps are not independent draws; the request is the unit), which gives no interval for
+  fewer than two requests a side (label ``"no interval"``). A delta whose interval contains zero is labelled
+  ``"within noise"``. :func:`bootstrap_delta`.
 - **Bootstrap CI of a statistic of paired items** (the same prompts or windows under both configurations): the
   items are resampled by index, so every paired array indexed with the same indices keeps its pairing.
   :func:`bootstrap_ci`, :func:`bootstrap_mean_ci`.
@@ -113,9 +124,91 @@ def self_noise(values: Sequence[float]) -> float:
     return float(100.0 * np.median(np.abs(x[1:] / x[:-1] - 1.0)))
 
 
-def detectable_pct(ratio: Interval) -> float:
-    """Percent: the half-width of a ratio's interval, the smallest relative change it resolves."""
+#: The power and two-sided level of "the smallest detectable effect".
+POWER, ALPHA = 0.80, 0.05
+
+
+def detectable_effect(se: float, df: int | None = None, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true effect a test with standard error ``se`` detects with probability ``power`` at two-sided
+    level ``alpha``: ``(q_{1-alpha/2} + q_{power}) x se``, with Student-t quantiles on ``df`` degrees of freedom
+    (``None``: normal quantiles; ``inf`` for ``df < 1``).
+
+    >>> round(detectable_effect(1.0), 4)  # 1.9600 + 0.8416
+    2.8016
+    >>> round(detectable_effect(1.0, df=4), 4)  # paired t over 5 pairs: 2.7764 + 0.9410
+    3.7174
+    """
+    if df is not None and df < 1:
+        return math.inf
+    from scipy import stats as st
+
+    q = (lambda p: float(st.norm.ppf(p))) if df is None else (lambda p: float(st.t.ppf(p, df)))
+    return (q(1 - alpha / 2) + q(power)) * float(se)
+
+
+def detectable_from_interval(
+    lo: float, hi: float, df: int | None = None, ci: float = 0.95, power: float = POWER
+) -> float:
+    """:func:`detectable_effect` of the design that produced the two-sided ``ci`` interval ``[lo, hi]``: its SE is
+    the half-width over ``q_{(1+ci)/2}`` (t on ``df``, or normal for ``None``: a bootstrap or large-sample
+    interval). NaN when the interval is not finite.
+
+    >>> round(detectable_from_interval(-1.96, 1.96), 4)  # SE 1
+    2.8016
+    """
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return math.nan
+    if df is not None and df < 1:
+        return math.inf
+    from scipy import stats as st
+
+    q = float(st.norm.ppf(0.5 + ci / 2)) if df is None else float(st.t.ppf(0.5 + ci / 2, df))
+    return detectable_effect((hi - lo) / 2 / q, df, 1 - ci, power)
+
+
+def ratio_half_width_pct(ratio: Interval) -> float:
+    """Percent: the half-width of a ratio's interval (the change detected only half the time: not the smallest
+    detectable effect, which is :func:`power_detectable_pct`)."""
     return float(100.0 * ratio.half_width()) if np.isfinite(ratio.lo) else math.nan
+
+
+#: The former name of :func:`ratio_half_width_pct`, kept because ``fp8lab.decode`` records it as its points'
+#: ``ci_half_width_pct``; the smallest detectable effect is :func:`power_detectable_pct`.
+detectable_pct = ratio_half_width_pct
+
+
+def power_detectable_pct(ratio: Interval) -> float:
+    """Percent: the smallest relative change the paired design behind ``ratio`` (a t interval of ``n`` pairs on
+    the log ratios, :func:`paired_ratio`) detects with 80% power at two-sided 5%: on the log scale
+    :func:`detectable_from_interval` with ``n - 1`` degrees of freedom, as ``100 (e^d - 1)``.
+
+    >>> round(power_detectable_pct(Interval(1.0, math.exp(-0.1), math.exp(0.1), 5)), 2)  # SE 0.1 / 2.7764
+    14.33
+    """
+    if not (np.isfinite(ratio.lo) and np.isfinite(ratio.hi)) or ratio.lo <= 0:
+        return math.nan
+    d = detectable_from_interval(math.log(ratio.lo), math.log(ratio.hi), ratio.n - 1, ratio.ci)
+    return float(100.0 * math.expm1(d))
+
+
+def deterministic(values: Sequence[float], rel_tol: float = 0.0) -> bool:
+    """Whether every finite value of a repeated measurement is the same (within ``rel_tol`` of the first): a
+    deterministic replay, which has no sampling interval. False for fewer than two values."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return False
+    return bool(np.all(np.abs(x - x[0]) <= rel_tol * max(abs(float(x[0])), 1e-300)))
+
+
+def interval_text(lo: float, hi: float, fmt: str = "{:+.1f}", unit: str = "", deterministic_: bool = False) -> str:
+    """``[lo, hi]`` with its unit, or ``deterministic, no interval`` for a quantity every repetition reproduced
+    (never ``+-0.0``), or ``no interval`` when the ends are unknown."""
+    if deterministic_:
+        return "deterministic, no interval"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return "no interval"
+    return f"[{fmt.format(lo)}, {fmt.format(hi)}]{unit}"
 
 
 @dataclass(frozen=True)
@@ -294,13 +387,18 @@ def beyond_noise(delta: PairedDelta, floor: NoiseFloor) -> bool:
 
 
 def smallest_detectable_pct(delta: PairedDelta, floor: NoiseFloor) -> float:
-    """Percent: the smallest ``|delta|`` this run could have called beyond noise: the larger of the
-    interval's half-width (a smaller delta with this spread leaves 0 inside the interval) and the noise
-    floor (a smaller delta is not beyond it). NaN when either is unknown."""
-    hw, nf = delta.half_width_pct, floor.median_pct
-    if not (np.isfinite(hw) and np.isfinite(nf)):
+    """Percent: the smallest true ``|delta|`` this run would call beyond noise with 80% power: the larger of the
+    paired design's detectable effect (:func:`detectable_from_interval` of the interval, ``n - 1`` degrees of
+    freedom, on the log scale as the interval was computed) and the noise floor (a smaller delta is not beyond it).
+    NaN when either is unknown."""
+    nf = floor.median_pct
+    if not (np.isfinite(delta.lo_pct) and np.isfinite(delta.hi_pct) and np.isfinite(nf)):
         return math.nan
-    return float(max(hw, nf))
+    lo, hi = 1 + delta.lo_pct / 100, 1 + delta.hi_pct / 100
+    if lo <= 0:
+        return math.nan
+    d = detectable_from_interval(math.log(lo), math.log(hi), delta.n - 1, delta.ci)
+    return float(max(100.0 * math.expm1(d), nf))
 
 
 def delta_label(delta: PairedDelta, higher_is_better: bool) -> str:
@@ -313,7 +411,8 @@ def delta_label(delta: PairedDelta, higher_is_better: bool) -> str:
 
 def delta_sentence(delta: PairedDelta, floor: NoiseFloor) -> str:
     """One line stating n, the interval, the floor and the smallest detectable effect, e.g.
-    ``+4.0% [+1.2, +6.9] (n=5 paired trials, 95% t-interval; noise floor 1.1% [IQR 0.6-2.0]; detectable >= 2.8%)``."""
+    ``+4.0% [+1.2, +6.9] (n=5 paired trials, 95% t-interval; noise floor 1.1% [IQR 0.6-2.0]; detectable at 80% power
+    >= 3.8%)``."""
     ci = f"[{delta.lo_pct:+.1f}, {delta.hi_pct:+.1f}]" if np.isfinite(delta.lo_pct) else "[no interval]"
     nf = (
         f"noise floor {floor.median_pct:.1f}% [IQR {floor.q25_pct:.1f}-{floor.q75_pct:.1f}]"
@@ -323,7 +422,7 @@ def delta_sentence(delta: PairedDelta, floor: NoiseFloor) -> str:
     sd = smallest_detectable_pct(delta, floor)
     return (
         f"{delta.delta_pct:+.1f}% {ci} (n={delta.n} paired trials, {100 * delta.ci:.0f}% t-interval; {nf}; "
-        f"detectable >= {sd:.1f}%)"
+        f"detectable at 80% power >= {sd:.1f}%)"
         if np.isfinite(sd)
         else f"{delta.delta_pct:+.1f}% {ci} (n={delta.n} paired trials; {nf}; no detectable effect stated)"
     )
@@ -349,6 +448,9 @@ class DeltaCI:
     n_b: int
     n_boot: int
     ci: float = 0.95
+    #: the resampled units (requests, trials) a side, where the resampling is by cluster; None: by value
+    units_a: int | None = None
+    units_b: int | None = None
 
     @property
     def within_noise(self) -> bool:
@@ -356,6 +458,8 @@ class DeltaCI:
 
     @property
     def label(self) -> str:
+        if min(self.units_a or 2, self.units_b or 2) < 2:
+            return "no interval"
         if self.within_noise:
             return "within noise"
         return "B higher" if self.delta > 0 else "B lower"
@@ -393,13 +497,15 @@ def _groups(values: np.ndarray, clusters: Any) -> list[np.ndarray]:
     return [values[cl == c] for c in pd.unique(cl)]
 
 
-def _resample(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """One bootstrap replicate: clusters with replacement, then values within each chosen cluster
-    (one cluster: a plain resample of the values)."""
-    if len(groups) == 1:
+def _resample(groups: list[np.ndarray], rng: np.random.Generator, within: bool = True) -> np.ndarray:
+    """One bootstrap replicate: clusters with replacement, then (``within``) values within each chosen cluster
+    (one cluster: a plain resample of the values); ``within=False``: the chosen clusters whole."""
+    if len(groups) == 1 and within:
         g = groups[0]
         return g[rng.integers(0, g.size, g.size)]
     picks = rng.integers(0, len(groups), len(groups))
+    if not within:
+        return np.concatenate([groups[i] for i in picks])
     return np.concatenate([groups[i][rng.integers(0, groups[i].size, groups[i].size)] for i in picks])
 
 
@@ -413,12 +519,16 @@ def bootstrap_delta(
     n_boot: int = 2000,
     ci: float = 0.95,
     seed: int = 0,
+    within: bool = True,
 ) -> DeltaCI:
     """Relative delta ``stat(b) / stat(a) - 1`` with a percentile-bootstrap ``ci`` interval.
 
     ``a`` and ``b`` are independent samples (e.g. the TTFTs of every request under auto and under
     fp8). ``clusters_a`` / ``clusters_b`` (same length as the values; e.g. the trial of each request)
-    make the bootstrap two-level. NaN/inf values are dropped together with their cluster labels.
+    make the bootstrap two-level; with ``within=False`` whole clusters are resampled and kept intact
+    (request-level resampling of latency gaps: ``clusters`` = the request of each gap), and a side with fewer
+    than two clusters gives no interval (NaN ends, label ``"no interval"``). NaN/inf values are dropped
+    together with their cluster labels.
     """
     stat = statistic_fn(statistic)
 
@@ -435,15 +545,20 @@ def bootstrap_delta(
     sa, sb = stat(va), stat(vb)
     delta = sb / sa - 1.0 if sa != 0 else nan
     ga, gb = _groups(va, ca), _groups(vb, cb)
+    units = (len(ga), len(gb)) if not within and ca is not None and cb is not None else (None, None)
+    if not within and min(len(ga), len(gb)) < 2:
+        return DeltaCI(float(sa), float(sb), float(delta), nan, nan, int(va.size), int(vb.size), 0, ci, *units)
     rng = np.random.default_rng(seed)
     boots = np.empty(n_boot)
     for i in range(n_boot):
-        ra, rb = stat(_resample(ga, rng)), stat(_resample(gb, rng))
+        ra, rb = stat(_resample(ga, rng, within)), stat(_resample(gb, rng, within))
         boots[i] = rb / ra - 1.0 if ra != 0 else nan
     boots = boots[np.isfinite(boots)]
     tail = (1.0 - ci) / 2.0
     lo, hi = np.quantile(boots, [tail, 1.0 - tail]) if boots.size else (nan, nan)
-    return DeltaCI(float(sa), float(sb), float(delta), float(lo), float(hi), int(va.size), int(vb.size), n_boot, ci)
+    return DeltaCI(
+        float(sa), float(sb), float(delta), float(lo), float(hi), int(va.size), int(vb.size), n_boot, ci, *units
+    )
 
 
 def bootstrap_ci(
@@ -488,7 +603,13 @@ __all__ = [
     "bootstrap_mean_ci",
     "delta_label",
     "delta_sentence",
+    "detectable_effect",
+    "detectable_from_interval",
     "detectable_pct",
+    "deterministic",
+    "power_detectable_pct",
+    "ratio_half_width_pct",
+    "interval_text",
     "fieller_root",
     "noise_floor",
     "ols",

@@ -44,9 +44,10 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 #: The verdict words, the claims audit's scale (:data:`fp8lab.audit.VERDICTS`; a unit test keeps the two equal):
-#: ``confirmed``, ``refuted``, ``inconclusive``, ``not testable here``. A study judges a claim on its own run's
-#: setting; whether that setting can decide the claim (a GPU claim, a CPU analogue) is the audit's call.
-VerdictWord = Literal["confirmed", "refuted", "inconclusive", "not testable here"]
+#: ``confirmed``, ``refuted``, ``not reproduced here``, ``inconclusive``, ``not testable here``. A study judges a
+#: claim on its own run's setting; whether that setting can decide the claim (a GPU claim, a CPU analogue, a seed's
+#: other engine or GPU: ``not reproduced here``) is the audit's call.
+VerdictWord = Literal["confirmed", "refuted", "not reproduced here", "inconclusive", "not testable here"]
 VERDICT_WORDS: tuple[str, ...] = get_args(VerdictWord)
 
 

@@ -12,6 +12,12 @@ Verdicts (:data:`VERDICTS`):
   value of the claimed size, and excludes no effect);
 - ``refuted``: comparable evidence excludes the claimed effect (its interval lies on the other side of zero, or
   holds zero but excludes an effect of the claimed size), or physics / arithmetic / a documented fact rules it out;
+- ``not reproduced here``: the evidence would confirm or refute the claim in its own setting, but that setting
+  differs from the claim's on a dimension that can change the answer (FP8 weights + KV against KV only, SGLang
+  against vLLM, an A100 or an unstated GPU against an H200, an open loop against a closed loop, a 70B model against
+  the 8B shape or the 6.8M model); the mismatch is named and the uncapped verdict kept in ``details['uncapped']``
+  (:mod:`~fp8lab.audit.match`, :func:`~fp8lab.audit.scale.cap`). Physics, arithmetic, documented facts,
+  introspection, computations and the seed's own script carry no setting and are never capped;
 - ``inconclusive``: the evidence cannot resolve the claimed effect (its interval holds both the claim and its
   negation, or the run's detectable effect is larger than the claim), or comparable settings disagree;
 - ``not testable here``: no comparable evidence (the setting is not reproduced: another engine, a GPU claim with
@@ -35,6 +41,8 @@ its summary's keys: a row a rule selects that is not there leaves the claim with
 
 The audit is one subpackage, one concept per module (arrows point down only; the order below):
 
+- :mod:`~fp8lab.audit.match`: :class:`ClaimSetting` (a claim's setting by dimension), :func:`mismatches`,
+  :func:`evidence_dims`, :func:`match_text`.
 - :mod:`~fp8lab.audit.claims`: :class:`Claim`, :data:`CLAIMS`.
 - :mod:`~fp8lab.audit.evidence`: :class:`Report`, :class:`Setting`, :class:`Evidence`, :class:`Missing`, loading
   (:func:`load_report`, :func:`load_evidence`).
@@ -44,7 +52,8 @@ The audit is one subpackage, one concept per module (arrows point down only; the
   ``decode_*``, :func:`ramp_noise`).
 - the rules by topic: :mod:`~fp8lab.audit.rules_memory` (1-4, 20, 21), :mod:`~fp8lab.audit.rules_serving` (5, 7, 8,
   13a, 16, 24), :mod:`~fp8lab.audit.rules_longctx` (6, 12, 13b, 17, 22, 23, 28),
-  :mod:`~fp8lab.audit.rules_quality` (9-11, 14, 27), :mod:`~fp8lab.audit.rules_facts` (15, 18, 19, 25, 26).
+  :mod:`~fp8lab.audit.rules_quality` (9-11, 14, 27), :mod:`~fp8lab.audit.rules_facts` (15, 18, 19, 25, 26),
+  :mod:`~fp8lab.audit.rules_seeds` (29-46: the seed claims issue 35 added).
   Claim 12a's judgment (:func:`block_size_finding`, on one Study 04 summary) is Study 04's own verdict too.
 - :mod:`~fp8lab.audit.run`: :func:`audit` (registers every rule, in the claims' order), :func:`links`.
 - :mod:`~fp8lab.audit.summary` (:func:`headline`, :func:`summary_values`), :mod:`~fp8lab.audit.tables`
@@ -78,6 +87,13 @@ from fp8lab.audit.evidence import (  # noqa: F401
     load_report,
     report_label,
     study_setting,
+)
+from fp8lab.audit.match import (  # noqa: F401
+    DIMENSIONS,
+    ClaimSetting,
+    evidence_dims,
+    match_text,
+    mismatches,
 )
 from fp8lab.audit.readers import (  # noqa: F401
     QUALITY_BASELINE,
@@ -166,6 +182,12 @@ from fp8lab.audit.rules_quality import (  # noqa: F401
     rule_top3_band,
     rule_top3_threshold,
 )
+from fp8lab.audit.rules_seeds import (  # noqa: F401
+    GPU_RIDGE,
+    SEED000_CLASSES,
+    SEED000_SCRIPT_DRAW,
+    SEED000_STATED_MIX,
+)
 from fp8lab.audit.rules_serving import (  # noqa: F401
     CLAIM5,
     CLAIM7,
@@ -201,11 +223,14 @@ from fp8lab.audit.scale import (  # noqa: F401
     MAD_SIGMA,
     MAX_FP8_STEP_CUT,
     MEMORY_NOISE,
+    NOT_REPRODUCED,
     NOT_TESTABLE,
     OPEN_LOOP_RATE_TOL,
     PHYSICS,
     REFUTED,
     RULES,
+    SCRIPT,
+    SETTING_FREE_BASES,
     SIZE_TOL,
     UNRESOLVED,
     UNTESTED,
@@ -216,6 +241,7 @@ from fp8lab.audit.scale import (  # noqa: F401
     Outcome,
     Rule,
     Verdict,
+    cap,
     combine,
     decide,
     finding,

@@ -5,7 +5,18 @@ claim as the reports put it, a short paraphrase, the setting it was reported in,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from fp8lab.audit.match import (
+    CLOSED_LOOP,
+    DIMENSIONS,
+    KV_ONLY,
+    OFFLINE,
+    OPEN_LOOP,
+    UNSTATED,
+    WEIGHTS_KV,
+    ClaimSetting,
+)
 
 
 @dataclass(frozen=True)
@@ -13,7 +24,9 @@ class Claim:
     """One claim of the field reports: ``id`` (a number, with a letter where one report sentence holds two
     claims), ``text`` (a short paraphrase), ``quote`` (the claim as the reports put it, as the project's issues
     record it), ``source`` (the setting it was reported in), ``needs`` (what evidence can decide it, see
-    :data:`Needs`), ``studies`` (the prefixes of the notebooks whose records are its evidence)."""
+    :data:`Needs`), ``studies`` (the prefixes of the notebooks whose records are its evidence), ``where`` (the
+    setting as structured fields, and the dimensions on which another setting can change the answer:
+    :class:`~fp8lab.audit.match.ClaimSetting`)."""
 
     id: str
     text: str
@@ -21,7 +34,23 @@ class Claim:
     quote: str = ""
     needs: str = "any"
     studies: tuple[str, ...] = ()
+    where: ClaimSetting = field(default_factory=ClaimSetting)
 
+
+#: The seeds' settings as far as they state them: 000 (Qwen3-14B on vLLM, FP8 KV, GPU unstated, its figures from
+#: an open-loop test at 10 req/s), 002 (Llama-2-70B on SGLang, A100, FP8 KV), 003 (the long-context report:
+#: ``--quantization fp8`` plus FP8 KV on an A100, model and engine unstated).
+S000 = {
+    "seed": "000",
+    "intervention": KV_ONLY,
+    "engine": "vLLM",
+    "load": OPEN_LOOP + " (10 req/s)",
+    "scale": "Qwen3-14B",
+}
+S002 = {"seed": "002", "intervention": KV_ONLY, "engine": "SGLang", "device": "A100", "scale": "Llama-2-70B"}
+S003 = {"seed": "003", "intervention": WEIGHTS_KV, "device": "A100"}
+#: Every dimension: a claimed speed or latency figure depends on all of them.
+ALL = DIMENSIONS
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -31,6 +60,7 @@ CLAIMS: tuple[Claim, ...] = (
         "KV memory = 2 x layers x *attention heads* x head_dim x seq x batch x bytes",
         "any",
         ("00",),
+        ClaimSetting("field reports"),
     ),
     Claim(
         "2",
@@ -39,6 +69,7 @@ CLAIMS: tuple[Claim, ...] = (
         'about 128 GB of FP16 KV cache ... "32 bytes per token to 8"',
         "any",
         ("00",),
+        ClaimSetting(UNSTATED, scale="Llama-3-70B"),
     ),
     Claim(
         "3a",
@@ -47,6 +78,7 @@ CLAIMS: tuple[Claim, ...] = (
         "FP8 halves the KV cache",
         "gpu",
         ("00", "01"),
+        ClaimSetting("000, 002", KV_ONLY, "vLLM; SGLang", UNSTATED, UNSTATED, "Qwen3-14B; Llama-2-70B"),
     ),
     Claim(
         "3b",
@@ -56,6 +88,7 @@ CLAIMS: tuple[Claim, ...] = (
         "total peak memory drops only about 23-25% (68.2 -> 52.7 GB on Qwen3-14B; 78,456 -> 59,214 MiB on Llama-2-70B)",
         "gpu-model",
         ("00", "01"),
+        ClaimSetting(**S000, matters=("engine", "device", "load", "scale")),
     ),
     Claim(
         "4a",
@@ -64,14 +97,16 @@ CLAIMS: tuple[Claim, ...] = (
         "FP8 doubles the supported concurrency (32 -> 64 on Qwen3-14B)",
         "gpu",
         ("01", "04"),
+        ClaimSetting(**S000, matters=("intervention", "engine")),
     ),
     Claim(
         "4b",
         "FP8 raises the supported concurrency 50% (16 -> 24).",
         "Llama-2-70B on SGLang, A100",
         "raises it 50% (16 -> 24, Llama-2-70B)",
-        "sglang",
+        "gpu",
         ("01", "04"),
+        ClaimSetting(**S002, matters=("intervention", "engine")),
     ),
     Claim(
         "5",
@@ -80,6 +115,7 @@ CLAIMS: tuple[Claim, ...] = (
         "throughput 1842 -> 1697 tok/s (-7.9%), TTFT 320 -> 298 ms, TPOT 28 -> 34 ms",
         "gpu-model",
         ("01",),
+        ClaimSetting(**S000, matters=ALL),
     ),
     Claim(
         "6a",
@@ -88,6 +124,7 @@ CLAIMS: tuple[Claim, ...] = (
         "bf16 runs out of memory at a concurrency where FP8 still runs",
         "gpu",
         ("04", "01"),
+        ClaimSetting(**S000, matters=("intervention", "engine")),
     ),
     Claim(
         "6b",
@@ -96,6 +133,7 @@ CLAIMS: tuple[Claim, ...] = (
         "FP8 raises throughput 18.3%",
         "gpu-model",
         ("06", "04"),
+        ClaimSetting(**S000, matters=ALL),
     ),
     Claim(
         "7",
@@ -103,8 +141,9 @@ CLAIMS: tuple[Claim, ...] = (
         "barely move.",
         "Llama-2-70B on SGLang, A100",
         "-1.7% at 1, -2.9% at 8, -4.4% at 16 ... TTFT/TPOT barely move",
-        "sglang",
+        "gpu-model",
         ("01", "06"),
+        ClaimSetting(**{**S002, "load": OFFLINE}, matters=ALL),
     ),
     Claim(
         "8",
@@ -113,6 +152,7 @@ CLAIMS: tuple[Claim, ...] = (
         "a closed-loop test that did not read the stream reported +30%; a constant-rate streaming test is needed",
         "gpu",
         ("01",),
+        ClaimSetting(**{**S000, "load": CLOSED_LOOP}, matters=("engine", "device", "load", "scale")),
     ),
     Claim(
         "9",
@@ -122,6 +162,7 @@ CLAIMS: tuple[Claim, ...] = (
         'E4M3 has "4 exponent bits and a wider dynamic range", E5M2 "higher precision"',
         "any",
         ("03", "02"),
+        ClaimSetting("field reports (seed 000 states the formats correctly)"),
     ),
     Claim(
         "10",
@@ -130,6 +171,7 @@ CLAIMS: tuple[Claim, ...] = (
         "the average difference is below 0.03",
         "any",
         ("02",),
+        ClaimSetting(UNSTATED, KV_ONLY, "vLLM", matters=("scale",)),
     ),
     Claim(
         "11a",
@@ -138,6 +180,7 @@ CLAIMS: tuple[Claim, ...] = (
         "top-3 token match rate 0.92-0.96",
         "gpu",
         ("02", "03"),
+        ClaimSetting(UNSTATED, KV_ONLY, "vLLM", matters=("intervention", "scale")),
     ),
     Claim(
         "11b",
@@ -146,6 +189,7 @@ CLAIMS: tuple[Claim, ...] = (
         "below 0.85 means calibration failed",
         "gpu",
         ("03", "02"),
+        ClaimSetting(UNSTATED, KV_ONLY, "vLLM", matters=("intervention", "scale")),
     ),
     Claim(
         "12a",
@@ -154,6 +198,7 @@ CLAIMS: tuple[Claim, ...] = (
         "P99 12.4 s -> 5.7 s",
         "gpu-model",
         ("04",),
+        ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
         "12b",
@@ -162,6 +207,7 @@ CLAIMS: tuple[Claim, ...] = (
         'FP8 + block 256 raise the KV "hit rate"',
         "gpu",
         ("04",),
+        ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
         "13a",
@@ -170,6 +216,7 @@ CLAIMS: tuple[Claim, ...] = (
         "+130% at batch 1, narrowing as batch grows",
         "gpu-model",
         ("06", "01"),
+        ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
         "13b",
@@ -178,6 +225,7 @@ CLAIMS: tuple[Claim, ...] = (
         "TTFT -47%, ITL -65% at 128K",
         "gpu-model",
         ("06", "04"),
+        ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
         "14",
@@ -186,6 +234,7 @@ CLAIMS: tuple[Claim, ...] = (
         "per-head scales updated dynamically during decode",
         "gpu",
         ("02",),
+        ClaimSetting(UNSTATED, KV_ONLY, "vLLM", matters=("engine",)),
     ),
     Claim(
         "15",
@@ -195,6 +244,7 @@ CLAIMS: tuple[Claim, ...] = (
         "",
         "any",
         (),
+        ClaimSetting(UNSTATED, engine="vLLM"),
     ),
     Claim(
         "16",
@@ -203,6 +253,7 @@ CLAIMS: tuple[Claim, ...] = (
         "radix cache hit rate 68.3 -> 67.9%",
         "gpu",
         ("07",),
+        ClaimSetting(**{**S002, "scale": "Qwen3-14B"}, matters=("intervention", "engine")),
     ),
     Claim(
         "17",
@@ -211,6 +262,7 @@ CLAIMS: tuple[Claim, ...] = (
         "TPOT P95 of long requests improves",
         "gpu-model",
         ("06", "01"),
+        ClaimSetting(**S000, matters=ALL),
     ),
     Claim(
         "18",
@@ -219,6 +271,7 @@ CLAIMS: tuple[Claim, ...] = (
         "A100 Tensor Cores natively support E4M3",
         "any",
         (),
+        ClaimSetting(UNSTATED, device="A100"),
     ),
     Claim(
         "19",
@@ -227,6 +280,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Ada lacks FP8 acceleration",
         "any",
         (),
+        ClaimSetting(UNSTATED),
     ),
     Claim(
         "20",
@@ -235,6 +289,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Llama-2-70B, FP16, one A100 80 GB",
         "any",
         (),
+        ClaimSetting(**S002),
     ),
     Claim(
         "21",
@@ -243,6 +298,7 @@ CLAIMS: tuple[Claim, ...] = (
         "1,842 tok/s at batch 1",
         "any",
         (),
+        ClaimSetting(**S002),
     ),
     Claim(
         "22",
@@ -251,6 +307,7 @@ CLAIMS: tuple[Claim, ...] = (
         "128K throughput 18 -> 42 tok/s",
         "gpu-model",
         ("06",),
+        ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
         "23",
@@ -259,6 +316,7 @@ CLAIMS: tuple[Claim, ...] = (
         "chunked prefill 42 -> 51 tok/s",
         "gpu-model",
         ("04",),
+        ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
         "24",
@@ -267,8 +325,17 @@ CLAIMS: tuple[Claim, ...] = (
         "TTFT spread one fifth of FP16's",
         "gpu-model",
         ("01",),
+        ClaimSetting(**S003, matters=ALL),
     ),
-    Claim("25", "The measurements used vLLM 2.3 / 2.4.", "field reports (versions)", 'vLLM "2.3/2.4"', "any", ()),
+    Claim(
+        "25",
+        "The measurements used vLLM 2.3 / 2.4.",
+        "field reports (versions)",
+        'vLLM "2.3/2.4"',
+        "any",
+        (),
+        ClaimSetting(UNSTATED, engine="vLLM"),
+    ),
     Claim(
         "26",
         "vLLM re-captures CUDA graphs at every batch-size change.",
@@ -276,6 +343,7 @@ CLAIMS: tuple[Claim, ...] = (
         "CUDA graphs re-captured at every batch-size change",
         "any",
         (),
+        ClaimSetting(UNSTATED, engine="vLLM"),
     ),
     Claim(
         "27",
@@ -284,6 +352,7 @@ CLAIMS: tuple[Claim, ...] = (
         "the silent failure past E4M3's 448",
         "any",
         ("02",),
+        ClaimSetting(**S003),
     ),
     Claim(
         "28",
@@ -292,6 +361,172 @@ CLAIMS: tuple[Claim, ...] = (
         '"random tokens are worthless" for testing',
         "any",
         ("04",),
+        ClaimSetting(**S003),
+    ),
+    # ------------------------------------------------------------------ claims of the seeds added by issue 35
+    Claim(
+        "29",
+        "Hopper's native FP8 removes the conversion overhead: on an H200 FP8 KV saves memory with throughput "
+        "unchanged or better.",
+        "seed 002 (SGLang; its Hopper remark)",
+        "Hopper's native FP8 removes the conversion overhead; on H200 memory saved with throughput unchanged or better",
+        "gpu-model",
+        ("06", "01"),
+        ClaimSetting(**{**S002, "device": "Hopper", "scale": UNSTATED}, matters=("intervention", "engine", "load")),
+    ),
+    Claim(
+        "30",
+        "For short requests at low concurrency FP8 KV may slow inference.",
+        "seed 000 (Qwen3-14B on vLLM)",
+        "for short requests at low concurrency FP8 may slow inference",
+        "gpu-model",
+        ("06", "01"),
+        ClaimSetting(**S000, matters=("intervention", "engine")),
+    ),
+    Claim(
+        "31",
+        "Decode is compute-bound rather than bandwidth-bound.",
+        "seed 000 (Qwen3-14B on vLLM, concurrency up to 64)",
+        "decode is compute-bound rather than bandwidth-bound",
+        "any",
+        ("06",),
+        ClaimSetting(**S000),
+    ),
+    Claim(
+        "32",
+        "Raising the concurrency from 32 to 64 raises preemption.",
+        "seed 000 (Qwen3-14B on vLLM)",
+        "raising concurrency from 32 to 64 raises preemption",
+        "gpu-model",
+        ("01",),
+        ClaimSetting(**{**S000, "load": CLOSED_LOOP}, matters=("intervention", "engine", "device", "scale")),
+    ),
+    Claim(
+        "33",
+        "Without native FP8 support vLLM falls back to software emulation, which must be slower.",
+        "seed 000 (vLLM, GPUs without FP8 Tensor Cores)",
+        "without native support vLLM falls back to software emulation and must be slower",
+        "any",
+        ("06",),
+        ClaimSetting(**{**S000, "device": "A100"}),
+    ),
+    Claim(
+        "34",
+        "Seed 000's load test sends short, medium and long requests in a 6:3:1 mix.",
+        "seed 000's own load-test script",
+        "a 6:3:1 mix stated; the script draws the request class uniformly",
+        "any",
+        (),
+        ClaimSetting(**S000),
+    ),
+    Claim(
+        "35",
+        "Seed 000's load test streams its responses (its TTFT and TPOT are per-token timings).",
+        "seed 000's own load-test script (an OpenAI-compatible vLLM server)",
+        "streaming claimed; the script's request body has no stream field",
+        "any",
+        ("01",),
+        ClaimSetting(**S000),
+    ),
+    Claim(
+        "36",
+        "E4M3 is enough to keep generation quality.",
+        "seed 002 (Llama-2-70B on SGLang, A100)",
+        "E4M3 is enough to keep generation quality",
+        "any",
+        ("03", "02"),
+        ClaimSetting(**S002, matters=("engine", "scale")),
+    ),
+    Claim(
+        "37",
+        "With FP8, GSM8K accuracy falls 9.2% against loading the model in bf16.",
+        "seed 003 (FP8 weights + KV, A100)",
+        "GSM8K -9.2% when loading bf16",
+        "gpu-model",
+        ("03",),
+        ClaimSetting(**S003, matters=("intervention", "scale")),
+    ),
+    Claim(
+        "38",
+        "FP8 cuts the L2 cache miss rate 67%.",
+        "seed 003 (FP8 weights + KV, A100)",
+        "L2 miss rate -67%",
+        "gpu",
+        (),
+        ClaimSetting(**S003, matters=ALL),
+    ),
+    Claim(
+        "39",
+        "FP8 cuts the serving cost per second of output to 38% (a x2.6 throughput at the same hardware).",
+        "seed 003 (FP8 weights + KV, A100)",
+        "cost per second 38%",
+        "any",
+        ("06",),
+        ClaimSetting(**S003, matters=ALL),
+    ),
+    Claim(
+        "40",
+        "With prefix caching FP8 raises the hit rate 26.5% and throughput 31%.",
+        "seed 003 (FP8 weights + KV, A100)",
+        "+26.5% hit rate with +31% throughput",
+        "gpu-model",
+        ("07",),
+        ClaimSetting(**S003, matters=ALL),
+    ),
+    Claim(
+        "41",
+        "With FP8 KV outputs got mixed with a previous request's KV (cross-request contamination).",
+        "seed 003 (FP8 weights + KV, A100)",
+        "outputs mixed with a previous request's KV",
+        "gpu",
+        ("07",),
+        ClaimSetting(**S003, matters=("intervention", "engine", "device")),
+    ),
+    Claim(
+        "42",
+        "At 128K a request's page (block) table has 16,384 entries.",
+        "seed 003 (128K context, block size 16 / 256)",
+        "a 16,384-entry page table",
+        "any",
+        ("04",),
+        ClaimSetting(**S003),
+    ),
+    Claim(
+        "43",
+        'Multiplying the logits by 0.95 makes FP8 outputs "40% more stable".',
+        "seed 003",
+        'logits x 0.95 "40% more stable"',
+        "any",
+        ("03",),
+        ClaimSetting(**S003),
+    ),
+    Claim(
+        "44",
+        "With FP8 KV flash-attn-2's memory utilisation falls 35%.",
+        "seed 003 (FP8 weights + KV, A100)",
+        "flash-attn-2 memory utilisation -35%",
+        "gpu",
+        (),
+        ClaimSetting(**S003, matters=ALL),
+    ),
+    Claim(
+        "45",
+        "1,842 tok/s is the FP16 baseline of both Qwen3-14B on vLLM (seed 000) and Llama-2-70B on SGLang on an "
+        "A100 (seed 002).",
+        "seeds 000 and 002 (different models, engines and GPUs)",
+        "the same 1,842 tok/s FP16 baseline in 000 and 002",
+        "any",
+        (),
+        ClaimSetting("000, 002"),
+    ),
+    Claim(
+        "46",
+        "YaRN with factor 4 raises long-context recall from 68% to 92%.",
+        "seed 003 (long context)",
+        "YaRN factor 4 raising recall 68% -> 92%",
+        "gpu-model",
+        ("04",),
+        ClaimSetting(**S003, matters=("scale",)),
     ),
 )
 CLAIMS_BY_ID: Mapping[str, Claim] = {c.id: c for c in CLAIMS}

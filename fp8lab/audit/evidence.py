@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab import kvmath, summary_table
+from fp8lab.audit import match
 from fp8lab.paths import CONFIGS_DIR, REPO_ROOT, TINY_MODEL_NAME
 
 #: Study prefixes and what they are, for messages and links.
@@ -49,6 +50,9 @@ class Setting:
     graphs: bool | None = None
     load_format: str | None = None
     source: str = ""
+    #: how the study loaded the engine (:data:`fp8lab.audit.match.STUDY_LOAD`): open-loop rate, closed-loop
+    #: concurrency or offline batch; None when unknown
+    load: str | None = None
 
     @property
     def kind(self) -> str | None:
@@ -75,7 +79,11 @@ class Setting:
     def text(self) -> str:
         mode = {True: "CUDA graphs", False: "eager"}.get(self.graphs, "graphs unknown")
         weights = " (dummy weights)" if self.load_format == "dummy" else ""
-        return f"{self.device or 'device unknown'}, {self.model or 'model unknown'}{weights}, vLLM {self.vllm or '?'}, {mode}"
+        load = f", {self.load}" if self.load else ""
+        return (
+            f"{self.device or 'device unknown'}, {self.model or 'model unknown'}{weights}, vLLM {self.vllm or '?'}, "
+            f"KV-only FP8, {mode}{load}"
+        )
 
 
 @dataclass(frozen=True)
@@ -187,7 +195,9 @@ def study_setting(rep: Report, prefix: str) -> Setting:
             sources.append("report provenance")
     if device and str(device).upper().startswith("CPU"):
         graphs = False  # the CPU build has no CUDA graphs
-    return Setting(device, model, vllm, graphs, load_format, ", ".join(x for x in sources if x))
+    return Setting(
+        device, model, vllm, graphs, load_format, ", ".join(x for x in sources if x), match.STUDY_LOAD.get(prefix)
+    )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from fp8lab import summary_table
 from fp8lab.audit.evidence import STUDIES, Missing, Report
-from fp8lab.audit.scale import MAD_SIGMA, MAX_FP8_STEP_CUT, PHYSICS, REFUTED, Z95, Finding, finding
+from fp8lab.audit.scale import MAD_SIGMA, MAX_FP8_STEP_CUT, PHYSICS, REFUTED, Z80, Z95, Finding, finding
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -249,8 +249,30 @@ def quality_top3(rep: Report) -> dict[str, Any]:
 
 
 def half_width(d: Mapping[str, Any]) -> float:
-    """A recorded delta's detectable effect: half the width of its 95% interval (percent)."""
+    """Half the width of a recorded delta's 95% interval (percent): the change it detects only half the time."""
     return (float(d["hi_pct"]) - float(d["lo_pct"])) / 2
+
+
+def detectable(d: Mapping[str, Any]) -> float:
+    """A recorded paired delta's smallest detectable effect (percent): the change its design detects with 80% power
+    at two-sided 5% (:func:`fp8lab.stats.detectable_from_interval` on the log ratios, t on ``n - 1`` df; normal
+    quantiles when ``n`` is not recorded)."""
+    from fp8lab import stats
+
+    lo, hi = 1 + float(d["lo_pct"]) / 100, 1 + float(d["hi_pct"]) / 100
+    if lo <= 0:
+        return math.nan
+    n = d.get("n")
+    return 100 * math.expm1(stats.detectable_from_interval(math.log(lo), math.log(hi), int(n) - 1 if n else None))
+
+
+def detectable_text(ds: Mapping[str, Mapping[str, Any]]) -> str:
+    """``"output tok/s 2.1%, ... (detectable at 80% power, paired t, n=5)"`` for named recorded deltas."""
+    ns = sorted({int(d["n"]) for d in ds.values() if d.get("n")})
+    return (
+        ", ".join(f"{k} {detectable(d):.1f}%" for k, d in ds.items())
+        + f" (detectable at 80% power, two-sided 5%, paired t{', n=' + '/'.join(map(str, ns)) if ns else ''})"
+    )
 
 
 def _fd(d: Mapping[str, Any]) -> str:
@@ -294,9 +316,10 @@ def ramp_noise(s04: Mapping[str, Any], metric: str = "e2e_p50_s") -> tuple[float
     res.sort()
     med = res[len(res) // 2] if len(res) % 2 else (res[len(res) // 2 - 1] + res[len(res) // 2]) / 2
     d = Z95 * math.sqrt(2) * MAD_SIGMA * med
+    power = (Z95 + Z80) * math.sqrt(2) * MAD_SIGMA * med
     return d, (
-        f"+-{100 * d:.0f}% (one request per point: 1.96 x sqrt(2) x 1.4826 x the median |residual| "
-        f"{100 * med:.1f}% of {len(res)} ramp points around their fits)"
+        f"{100 * power:.0f}% at 80% power (95% interval +-{100 * d:.0f}%; one request per point: sqrt(2) x 1.4826 x "
+        f"the median |residual| {100 * med:.1f}% of {len(res)} ramp points around their fits, x (1.96 + 0.84))"
     )
 
 
@@ -309,11 +332,20 @@ def decode_points(s06: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _decode_detectable(s06: Mapping[str, Any]) -> str:
+    """A Study 06 summary's recorded resolution (its median and largest 95% CI half-widths, as a flat summary
+    records them) as the change detected with 80% power: half-width x (t_0.975 + t_0.80) / t_0.975 on its
+    ``repeats`` - 1 degrees of freedom (normal quantiles when not recorded)."""
+    from fp8lab import stats
+
     md, mx = s06.get("min_detectable_pct"), s06.get("max_ci_half_width_pct")
+    if md is None:
+        return "the points' 95% CIs"
+    n = s06.get("repeats") or s06.get("n")
+    df = int(n) - 1 if n else None
+    k = stats.detectable_effect(1.0, df) / (stats.t_quantile(df) if df else Z95)
     return (
-        f"+-{md:.2f}% step time (median 95% CI half-width over the grid, largest {mx:.2f}%)"
-        if md is not None
-        else "the points' 95% CIs"
+        f"{k * md:.2f}% step time detectable at 80% power (median over the grid, largest {k * mx:.2f}%; from the "
+        f"95% CI half-widths {md:.2f}% / {mx:.2f}%)"
     )
 
 
@@ -333,7 +365,8 @@ def decode_grid(rep: Report) -> list[dict[str, Any]]:
             "ratio_ci_low": r["ci_low"],
             "ratio_ci_high": r["ci_high"],
             "beyond_noise": r["beyond_noise"],
-            "ci_half_width_pct": None if r["detectable"] is None else 100 * r["detectable"],
+            "ci_half_width_pct": 100 * (r["ci_high"] - r["ci_low"]) / 2,
+            "n": r["n"],
             "read_from": "rows",
         }
         for r in summary_table.select(rows, study="decode", metric="decode_step_ms", kv_dtype=cand, baseline=base)
@@ -345,16 +378,30 @@ def decode_grid(rep: Report) -> list[dict[str, Any]]:
 
 
 def decode_detectable(rep: Report) -> str:
-    """Study 06's detectable effect: the median and largest 95% CI half-width over its grid (from its rows where the
-    report has them, else its flat summary, :func:`_decode_detectable`)."""
-    if rep.study_rows("06") is None:
-        return _decode_detectable(rep.study("06"))
-    hw = sorted(p["ci_half_width_pct"] for p in decode_grid(rep) if p["ci_half_width_pct"] is not None)
-    if not hw:
-        return "the points' 95% CIs"
-    k = len(hw) // 2
-    med = hw[k] if len(hw) % 2 else (hw[k - 1] + hw[k]) / 2
-    return _decode_detectable({"min_detectable_pct": med, "max_ci_half_width_pct": hw[-1]})
+    """Study 06's smallest detectable effect: the change each paired point detects with 80% power (its interval on
+    the log ratio, t on n - 1 df), median and largest over the grid, from its rows where the report has them, else
+    from its flat summary's points (their half-widths, :func:`_decode_detectable`, where no point has an interval)."""
+    from fp8lab import stats
+
+    pts = decode_grid(rep)  # rows by field, else the flat summary's points: both carry each point's interval and n
+    det = sorted(
+        100
+        * math.expm1(
+            stats.detectable_from_interval(
+                math.log(p["ratio_ci_low"]), math.log(p["ratio_ci_high"]), int(p["n"]) - 1 if p.get("n") else None
+            )
+        )
+        for p in pts
+        if p["ratio_ci_low"] and p["ratio_ci_low"] > 0
+    )
+    if not det:
+        return _decode_detectable(rep.study("06")) if rep.study_rows("06") is None else "the points' 95% CIs"
+    k = len(det) // 2
+    med = det[k] if len(det) % 2 else (det[k - 1] + det[k]) / 2
+    ns = sorted({int(p["n"]) for p in pts if p.get("n")})
+    return f"{med:.2f}% step time detectable at 80% power (median over the grid, largest {det[-1]:.2f}%; " + (
+        f"paired t, n={'/'.join(map(str, ns))} per point)" if ns else "normal quantiles: n not recorded)"
+    )
 
 
 def _gain(ratio: float) -> float:
@@ -369,9 +416,9 @@ def physics_step_cut(claimed_cut: float, what: str) -> Finding | None:
     return finding(
         REFUTED,
         f"{what}: a {100 * claimed_cut:.0f}% cut of the decode step (x{1 / (1 - claimed_cut):.2f} throughput)",
-        "halving the KV bytes can at most halve a memory-bound step (the KV read can "
-        "at best be all of it): no model or GPU allows more than a 50% cut (x2 throughput) at the same "
-        "batch, without preemption or offload in the baseline",
+        "halving the bytes a step reads (the KV cache, or weights and KV alike) can at most halve a memory-bound "
+        "step, and FP8 math at most doubles a compute-bound one: no model or GPU allows more than a 50% cut (x2 "
+        "throughput) at the same batch, without preemption or offload in the baseline",
         {"claimed_cut": claimed_cut},
         detectable="exact (an upper bound)",
         basis=PHYSICS,

@@ -19,6 +19,7 @@ from fp8lab.audit.scale import (
     NOT_TESTABLE,
     REFUTED,
     UNRESOLVED,
+    UNTESTED,
     Finding,
     finding,
     judge,
@@ -36,8 +37,10 @@ CLAIM6_LENGTH, CLAIM6_GAIN = 8192, 18.3
 @per_report("6a")
 def rule_long_capacity(rep: Report) -> Finding:
     """Study 04's measured frontier at the length nearest 8,192 tokens: auto's largest concurrency without
-    preemption below FP8's confirms (at a concurrency between them auto queues or preempts, vLLM's form of running
-    out of KV, while FP8 runs them all); equal limits refute. Else Study 01: auto preempted where FP8 did not."""
+    preemption below FP8's confirms that auto's KV runs out where FP8's does not; equal limits refute. Else Study
+    01: auto preempted where FP8 did not. How it runs out is stated beside the verdict, not judged: vLLM does not
+    fail when the KV cache is full, it queues or preempts (recomputes) requests, so "out of memory" is a full KV
+    cache, not an error (the outcomes Study 04 recorded beyond auto's limit are shown)."""
     s04, s01 = rep.optional("04"), rep.optional("01")
     if s04 is not None:
         c = _candidate(s04)
@@ -49,12 +52,13 @@ def rule_long_capacity(rep: Report) -> Finding:
         if lengths:
             L = min(lengths, key=lambda x: abs(x - CLAIM6_LENGTH))
             a, f = s04[f"auto.max_conc_measured.L{L}"], s04[f"{c}.max_conc_measured.L{L}"]
-            v = CONFIRMED if f > a else REFUTED
+            outcomes = {str(v) for k, v in s04.items() if k.startswith("auto.") and k.endswith(".outcome")}
             return finding(
-                v,
-                f"at {L:,} tokens: auto held {a} requests without preemption, {c} {f} (04)",
-                f"between {a + 1} and {f} concurrent requests auto runs out of KV (vLLM queues or preempts "
-                "rather than failing) while FP8 runs them all"
+                CONFIRMED if f > a else REFUTED,
+                f"at {L:,} tokens: auto held {a} requests without preemption, {c} {f}; auto's outcomes beyond its "
+                f"limit: {', '.join(sorted(outcomes & set(LIMITED))) or 'none recorded'} (04)",
+                f"between {a + 1} and {f} concurrent requests auto's KV cache is full while FP8 runs them all; vLLM "
+                "then queues or preempts (recomputes) requests: no out-of-memory error"
                 if f > a
                 else "no concurrency where only FP8 fits",
                 {"length": L, "auto": a, "fp8": f},
@@ -68,7 +72,7 @@ def rule_long_capacity(rep: Report) -> Finding:
             return finding(
                 CONFIRMED,
                 f"preemptions at c={s01.get('headline_concurrency')}: auto {pa:g}, {c} {pf:g} (01)",
-                "auto ran out of KV where FP8 did not",
+                "auto's KV cache was full where FP8's was not (vLLM preempts rather than failing)",
                 {"preemptions": [pa, pf]},
                 setting=rep.setting("01"),
                 detectable="one preemption",
@@ -196,30 +200,33 @@ def block_size_finding(s: Mapping[str, Any], setting: Setting | None = None) -> 
     return finding(v, "; ".join(text), on, {"parts": outs, **details}, setting=setting, detectable=dtext)
 
 
-@rule("12b")
-def rule_hit_rate(ev: Evidence) -> Finding:
-    """A KV cache hit rate needs prefix caching on; every study here runs with it off (so that repeats do not
-    measure the cache), so no study records a hit rate: not testable here, unless a summary records
-    ``{dtype}.prefix_hit_rate`` for both dtypes."""
-    return _hit_rate(ev)
-
-
-def _hit_rate(ev: Evidence) -> Finding:
-    found = [
-        f"[{r.label}] {stem}: auto {s['auto.prefix_hit_rate']}, fp8 {s['fp8.prefix_hit_rate']}"
-        for r in ev.reports
-        for stem, s in r.summaries.items()
-        if s.get("auto.prefix_hit_rate") is not None and s.get("fp8.prefix_hit_rate") is not None
-    ]
-    if found:
-        return Finding(
-            NOT_TESTABLE, "; ".join(found), "hit rates recorded without an interval: no rule judges them yet"
+@per_report("12b")
+def rule_hit_rate(rep: Report) -> Finding:
+    """Two parts. FP8: Study 07 (prefix caching on, both dtypes at the same KV budget, paired trials) records the
+    hit rate of both dtypes; FP8's hit rate above auto's beyond the paired interval at some working set holds, no
+    gain anywhere contradicts. Block size 256: Study 07 runs one block size, so that part is untested unless it
+    ran two. The verdict is the FP8 part's (the block part is named untested). A hit rate needs prefix caching on;
+    every other study runs with it off."""
+    s = rep.optional("07")
+    if s is None:
+        raise Missing("no prefix cache (07) summary; every other study runs with prefix caching off")
+    gains = {w: s[f"{w}.gain"] for w in ("chat", "system", "json") if isinstance(s.get(f"{w}.gain"), dict)}
+    if not gains:
+        raise Missing("prefix cache (07) recorded no hit rate of both dtypes beyond auto's knee")
+    up = [w for w, g in gains.items() if (g.get("dhit_pp_ci_low") or 0) > 0]
+    parts = {"FP8 raises the hit rate": HOLDS if up else CONTRADICTED, "block 256 raises it": UNTESTED}
+    return finding(
+        outcome_verdict(parts["FP8 raises the hit rate"]),
+        "; ".join(
+            f"{w}: {100 * g['auto_hit_rate']:.1f}% -> {100 * g['fp8_hit_rate']:.1f}% ({g['dhit_pp']:+.1f} pp)"
+            for w, g in gains.items()
         )
-    return Finding(
-        NOT_TESTABLE,
-        f"no study of {len(ev.reports)} report(s) records a prefix-cache hit rate",
-        "every study runs with prefix caching off (so that repeats do not measure the cache); a study with "
-        "prefix caching on and shared prefixes would decide it",
+        + f" at block size {s.get('block_size')} (07)",
+        ", ".join(f"{k} {v}" for k, v in parts.items())
+        + "; FP8 holds twice the blocks, so beyond auto's knee it keeps prefixes auto evicts",
+        {"parts": parts, "gains": gains},
+        setting=rep.setting("07"),
+        detectable="the paired intervals shown",
     )
 
 

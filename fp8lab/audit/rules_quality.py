@@ -15,6 +15,7 @@ from fp8lab.audit.scale import (
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
+    INTROSPECTION,
     NOT_TESTABLE,
     REFUTED,
     UNTESTED,
@@ -93,7 +94,10 @@ def rule_formats(ev: Evidence) -> Finding:
         "torch's float8_e4m3fn / float8_e5m2",
         "exact (format definitions)",
         COMPUTATION,
-        "E4M3 is the more precise FP8 format, E5M2 the wider: the reports have them backwards." if v == REFUTED else "",
+        "E4M3 is the more precise FP8 format, E5M2 the wider: the report that says otherwise has them backwards "
+        "(seed 000 states them correctly)."
+        if v == REFUTED
+        else "",
     )
 
 
@@ -104,8 +108,11 @@ CLAIM10_THRESHOLD = 0.03
 @per_report("10")
 def rule_32_token_calibration(rep: Report) -> Finding:
     """Study 02's mean absolute difference between the 32-token prompt's scales and the large set's, per format and
-    strategy (the report's "below 0.03" is an absolute figure): every mean below 0.03 -> confirmed; none below ->
-    refuted; some -> inconclusive. The relative difference and the end-to-end quality are shown beside it."""
+    strategy (the report's "below 0.03" is an absolute figure). The criterion is only informative where it is
+    smaller than the scales themselves (mean scale = mean |difference| / mean relative difference): where 0.03
+    exceeds the scales, any two scale sets between 0 and 0.03 pass, so the claim as stated cannot fail
+    (inconclusive: vacuous here; the relative difference and the end-to-end quality are the evidence). Otherwise
+    every mean below 0.03 -> confirmed; none below -> refuted; some -> inconclusive."""
     s = rep.study("02")
     ps = _key(s, "prompt_set", "02")
     means, rel = calibration_scale_diffs(rep, ps)
@@ -122,7 +129,20 @@ def rule_32_token_calibration(rep: Report) -> Finding:
     q = calibration_quality(rep, "ppl")
     if q:
         text.append("end to end dppl " + ", ".join(f"{k} {v:+.2f}%" for k, v in q.items()))
+    scales = {k: means[k] / float(rel[k]) for k in means if rel.get(k)}
+    vacuous = bool(scales) and max(scales.values()) < CLAIM10_THRESHOLD
     v = CONFIRMED if all(below.values()) else REFUTED if not any(below.values()) else INCONCLUSIVE
+    if vacuous:
+        return finding(
+            INCONCLUSIVE,
+            "; ".join(text) + "; mean scales " + ", ".join(f"{k} {x:.4f}" for k, x in scales.items()),
+            f"vacuous here: the scales themselves are below {CLAIM10_THRESHOLD} (up to {max(scales.values()):.4f}), "
+            f"so an absolute bound of {CLAIM10_THRESHOLD} passes any scale set; relative to their size the 32-token "
+            "scales differ by the percentages shown",
+            {"means": means, "below": below, "relative": rel, "scales": scales, "vacuous": True},
+            setting=rep.setting("02"),
+            detectable="exact (deterministic scales from recorded K/V)",
+        )
     on = (
         "every strategy within 0.03 absolute; the scales are small numbers, so the relative difference is large "
         "(shown), and it did not move quality end to end"
@@ -151,11 +171,17 @@ CLAIM11_FAIL = 0.85
 
 
 def _top3_resolution(top3: Mapping[str, Any] | None) -> tuple[float | None, str]:
-    """The detectable effect of a top-3 rate: half Study 03's 95% CI of its ``fp8`` rate (:func:`quality_top3`)."""
+    """The resolution of a top-3 rate: half Study 03's 95% bootstrap CI of its ``fp8`` rate (:func:`quality_top3`),
+    which the rules use as its interval, and the difference it detects with 80% power (normal quantiles)."""
     if top3 and top3.get("ci") is not None:
+        from fp8lab import stats
+
         lo, hi = top3["ci"]
         h = (float(hi) - float(lo)) / 2
-        return h, f"+-{h:.3f} (95% CI half-width of the top-3 rate over Study 03's prompts)"
+        return h, (
+            f"{stats.detectable_from_interval(float(lo), float(hi)):.3f} at 80% power (95% bootstrap CI half-width "
+            f"{h:.3f} of the top-3 rate over Study 03's prompts)"
+        )
     return None, "the prompt set's size (no CI recorded)"
 
 
@@ -234,14 +260,35 @@ DYNAMIC_SCALE_ARGS = ("calculate_kv_scales",)
 DYNAMIC_CHANGES_KEY = "dynamic.scales_change_during_decode"
 
 
-@per_report("14")
+def _introspect_14(ev: Evidence) -> Finding | None:
+    """Introspection of every inspected vLLM version (the installed one and saved option files): a version whose
+    EngineArgs have no calculate_kv_scales has no dynamic KV scales at all, so its FP8 KV path cannot update them
+    during decode (refuted for that version); None when every version offers them."""
+    lacking = [str(i.get("version")) for i in ev.vllm if "calculate_kv_scales" not in (i.get("engine_args") or [])]
+    if not ev.vllm or not lacking:
+        return None
+    having = [str(i.get("version")) for i in ev.vllm if str(i.get("version")) not in lacking]
+    return Finding(
+        REFUTED,
+        f"vLLM {', '.join(lacking)}: no calculate_kv_scales among the EngineArgs fields"
+        + (f" (vLLM {', '.join(having)} offers it)" if having else ""),
+        "a vLLM without dynamic KV scales uses the checkpoint's or 1.0, fixed for the engine's life",
+        {"lacking": lacking, "having": having},
+        {},
+        f"vLLM {', '.join(str(i.get('version')) for i in ev.vllm)} (introspected)",
+        "exact (option lists)",
+        INTROSPECTION,
+    )
+
+
+@per_report("14", physics=_introspect_14, label="introspection")
 def rule_dynamic_per_head(rep: Report) -> Finding:
     """Per report (Study 02): per-head scales must reach the kernel (the per-head set and its per-tensor twin give
     different logprobs; identical ones mean the backend reduced them to one per layer), and dynamic scales
     (calculate_kv_scales) must be offered and change during decode (only decidable when the study recorded
-    dynamic.scales_change_during_decode). Per-head reduced or dynamic scales rejected -> refuted; every part holds
-    -> confirmed; a part the records cannot observe -> not testable here. Only GPU runs decide (the CPU build is
-    another kernel)."""
+    dynamic.scales_change_during_decode: vLLM computes them inside the worker). Per-head reduced or dynamic scales
+    rejected -> refuted; every part holds -> confirmed; a part the records cannot observe -> not testable here. Only
+    GPU runs decide (the CPU build is another kernel)."""
     s = rep.study("02")
     parts, text = {}, []
     reduced, offered = s.get("head_reduction.reduced"), s.get("dynamic.offered")
@@ -275,9 +322,12 @@ def rule_dynamic_per_head(rep: Report) -> Finding:
 # --------------------------------------------------------------------------------------------- claim 27
 @rule("27")
 def rule_silent_448(ev: Evidence) -> Finding:
-    """Cast values beyond E4M3's 448 with torch (float32 -> float8_e4m3fn): no error and a value other than the
-    input (saturated to 448 or NaN) confirms the silent failure; an error or inf refutes. Study 02's clip rates show
-    how often the model's K/V exceed 448 / scale."""
+    """Two parts. "A cast past 448 is silent": cast values beyond E4M3's 448 with torch (float32 ->
+    float8_e4m3fn): no error and a value other than the input (saturated to 448 or NaN) holds; an error or inf
+    contradicts. "It hits attention scores" (the long-context report's setting): vLLM's FP8 KV cache stores K /
+    scale and V / scale only; attention scores are computed after dequantization in 16 or 32 bits and never stored
+    in FP8, so nothing about scores passes through a 448 bound: contradicted. Any part contradicted -> refuted.
+    Study 02's clip rates show how often the model's K exceed 448 x scale."""
     try:
         import torch
     except ImportError as e:
@@ -290,20 +340,22 @@ def rule_silent_448(ev: Evidence) -> Finding:
             REFUTED, f"the cast raised {type(e).__name__}", "not silent", {}, {}, "torch", "exact", COMPUTATION
         )
     silent = all(y != x and not math.isinf(y) for x, y in zip(xs, ys, strict=True))
+    parts = {"a cast past 448 is silent": HOLDS if silent else CONTRADICTED, "it hits attention scores": CONTRADICTED}
     clips = []
     for rep in ev.reports:
         v = (rep.optional("02") or {}).get("clip_rate.large.e4m3.attn_head.K")
         if v is not None:
             clips.append(f"[{rep.label}] K beyond 448 with the large set's scales: {100 * float(v):.5f}%")
     return Finding(
-        CONFIRMED if silent else REFUTED,
+        parts_verdict(parts),
         "torch casts "
         + ", ".join(f"{x:g} -> {y:g}" for x, y in zip(xs, ys, strict=True))
         + ("; " + "; ".join(clips) if clips else ""),
-        "no error: values past 448 saturate without a warning" if silent else "",
-        {"cast": dict(zip(map(str, xs), ys, strict=True))},
+        ", ".join(f"{k} {v}" for k, v in parts.items())
+        + "; the cache holds K and V divided by their scale, so 448 bounds K/scale and V/scale, never the scores",
+        {"cast": dict(zip(map(str, xs), ys, strict=True)), "parts": parts},
         {},
-        f"torch {torch.__version__} float8_e4m3fn",
+        f"torch {torch.__version__} float8_e4m3fn; vLLM's KV cache layout (K and V only)",
         "exact",
         COMPUTATION,
     )

@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fp8lab import stats
 from fp8lab.audit.evidence import Evidence, Missing, Report
 from fp8lab.audit.readers import (
     _fd,
     _gain,
     decode_detectable,
     decode_grid,
+    detectable_text,
     half_width,
     physics_step_cut,
     serving_candidate,
@@ -67,11 +69,11 @@ def rule_mix(rep: Report) -> Finding:
                 f"preemptions were {hit} (all trials), so a gain there is capacity, not the claim's setting)"
             )
             c = max(calm)
-    parts, text, details, hws = {}, [], {}, []
+    parts, text, details, used = {}, [], {}, {}
     for metric, claimed in CLAIM5.items():
         d = serving_delta(rep, metric, c)
         parts[metric] = judge(d["lo_pct"], d["hi_pct"], claimed)
-        hws.append(f"{metric} +-{half_width(d):.1f}%")
+        used[metric] = d
         text.append(f"{metric} {_fd(d)} (claimed {claimed:+.1f}%)")
         details[metric] = {**d, "claimed_pct": claimed, "outcome": parts[metric]}
     return finding(
@@ -80,7 +82,7 @@ def rule_mix(rep: Report) -> Finding:
         ", ".join(f"{k} {v}" for k, v in parts.items()) + note,
         {"parts": parts, "concurrency": c, **details},
         setting=rep.setting("01"),
-        detectable="95% CI half-widths: " + ", ".join(hws),
+        detectable=detectable_text(used),
     )
 
 
@@ -90,9 +92,10 @@ CLAIM7 = {1: -1.7, 8: -2.9, 16: -4.4}
 
 @per_report("7")
 def rule_loss_grows_with_batch(rep: Report) -> Finding:
-    """SGLang is not run here, so no run decides this claim. Shown as the nearest evidence: vLLM's throughput deltas
-    per concurrency (Study 01, with CIs, each judged against the claimed loss at the nearest batch) and, where Study
-    06 ran, how FP8's decode step changes with the batch at one context."""
+    """vLLM's throughput deltas per concurrency (Study 01, with CIs, each judged against the claimed loss at the
+    nearest batch by `judge`: any contradicted -> refuted, all hold -> confirmed, else inconclusive) and, where
+    Study 06 ran, how FP8's decode step changes with the batch at one context (shown). The claim is SGLang's on an
+    A100: the setting match caps a decisive verdict at 'not reproduced here'."""
     parts, text = [], []
     s01, s06 = rep.optional("01"), rep.optional("06")
     st = None
@@ -118,11 +121,11 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         st = st or rep.setting("06")
     if not text:
         raise Missing("no concurrency sweep (01) or decode grid (06)")
-    det = "vLLM throughput 95% CI half-widths " + ", ".join(f"+-{half_width(tp[c]):.1f}%" for c in cs) if cs else ""
+    det = "vLLM throughput " + detectable_text({f"@c={c}": tp[c] for c in cs}) if cs else ""
     return finding(
-        NOT_TESTABLE,
+        parts_verdict(dict(enumerate(parts))) if parts else NOT_TESTABLE,
         "; ".join(text),
-        "no SGLang run: vLLM's numbers are the nearest evidence",
+        "vLLM's throughput deltas judged against the claimed losses: " + ", ".join(parts),
         {"outcomes_vs_claim": parts},
         setting=st,
         detectable=det,
@@ -175,7 +178,7 @@ def rule_streaming_benchmark(rep: Report) -> Finding:
         h = math.hypot(half_width(d), half_width(tp[c]))
         outs[c] = judge(diff - h, diff + h, CLAIM8_GAIN_PCT)
         text.append(f"@c={c} not reading {_fd(d)} vs streamed {_fd(tp[c])}: difference {diff:+.1f} +-{h:.1f} points")
-        dets.append(f"@c={c} +-{h:.1f} points")
+        dets.append(f"@c={c} {stats.detectable_from_interval(-h, h):.1f} points")
     v = (
         CONFIRMED
         if HOLDS in outs.values()
@@ -191,7 +194,7 @@ def rule_streaming_benchmark(rep: Report) -> Finding:
         + "; an in-process client, not the report's HTTP client",
         {"outcomes": outs, "rate_error": rate_err},
         setting=st,
-        detectable="difference of two deltas: " + ", ".join(dets),
+        detectable="difference of two deltas, detectable at 80% power (normal): " + ", ".join(dets),
     )
 
 
@@ -271,7 +274,7 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
         out,
         {"outcome": out},
         setting=rep.setting("01"),
-        detectable=f"+-{half_width(d):.1f}% (95% CI half-width)",
+        detectable=detectable_text({"throughput": d}),
     )
 
 
@@ -292,7 +295,6 @@ def rule_prefix_hit_rate(rep: Report) -> Finding:
     v = s.get("claim_verdict")
     if v not in PREFIX_VERDICTS:
         raise Missing(f"prefix cache (07) measured no hit rate of both dtypes ({v or 'no verdict'})")
-    det = s.get("dhit_min_detectable_pp")
     gains = {w: s.get(f"{w}.gain") for w in ("chat", "system", "json") if s.get(f"{w}.gain")}
     return finding(
         PREFIX_VERDICTS[v],
@@ -304,8 +306,28 @@ def rule_prefix_hit_rate(rep: Report) -> Finding:
         else "differences not resolved at every working set",
         {"claim_verdict": v, "gains": gains},
         setting=rep.setting("07"),
-        detectable=f"+-{det:.1f} pp of hit rate (median 95% CI half-width)" if det is not None else "not stated",
+        detectable=prefix_detectable(s),
     )
+
+
+def prefix_detectable(s: Any) -> str:
+    """Study 07's hit-rate resolution: a summary that counts its deterministic cells (``dhit_deterministic_cells``)
+    records the detectable difference at 80% power over the cells that varied; an earlier one records the median
+    95% CI half-width over all cells, where 0 means every trial hit alike (a deterministic replay: no interval),
+    and a positive half-width is converted to 80% power with t on ``trials`` - 1 df."""
+    det, fixed = s.get("dhit_min_detectable_pp"), s.get("dhit_deterministic_cells")
+    if fixed is not None:
+        head = f"{fixed} cells deterministic (no interval)" if fixed else ""
+        tail = f"{det:.1f} pp of hit rate detectable at 80% power where trials differed" if det is not None else ""
+        return "; ".join(x for x in (head, tail) if x) or "not stated"
+    if det is None:
+        return "not stated"
+    if det == 0:
+        return "deterministic replay: every trial gave the same hit rates, so no interval (not +-0.0)"
+    n = s.get("trials")
+    df = int(n) - 1 if n else None
+    k = stats.detectable_effect(1.0, df) / (stats.t_quantile(df) if df else 1.96)
+    return f"{k * det:.1f} pp of hit rate detectable at 80% power (from the median 95% CI half-width {det:.1f} pp)"
 
 
 # --------------------------------------------------------------------------------------------- claim 24
@@ -334,7 +356,9 @@ def rule_ttft_spread(rep: Report) -> Finding:
         f"@c={c}: TTFT P50/P99 auto {p50a:.0f}/{p99a:.0f} ms, {cand} {p50f:.0f}/{p99f:.0f} ms: spread ratio "
         f"x{ratio:.2f} (claimed x0.20)"
     )
-    det = f"+-{h:.1f}% of TTFT (the larger 95% CI half-width of the P50 and P99 deltas)"
+    det = f"+-{h:.1f}% of TTFT resolved (the larger 95% CI half-width of the P50 and P99 deltas); " + detectable_text(
+        {"TTFT P50": d50, "TTFT P99": d99}
+    )
     if h >= need or not math.isfinite(ratio):
         return finding(
             INCONCLUSIVE,

@@ -9,7 +9,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # every rule module registers its rules in RULES when imported (by topic, so not in the claims' order) ...
-from fp8lab.audit import rules_facts, rules_longctx, rules_memory, rules_quality, rules_serving  # noqa: F401
+from fp8lab.audit import (  # noqa: F401
+    rules_facts,
+    rules_longctx,
+    rules_memory,
+    rules_quality,
+    rules_seeds,
+    rules_serving,
+)
 from fp8lab.audit.claims import CLAIMS, Claim
 from fp8lab.audit.evidence import Evidence, Report
 from fp8lab.audit.scale import NOT_TESTABLE, RULES, Finding, safe
@@ -45,8 +52,10 @@ def links(claim: Claim, ev: Evidence) -> list[dict[str, str]]:
 
 def audit(ev: Evidence) -> list[dict[str, Any]]:
     """One row per claim: ``id``, ``claim``, ``quote``, ``source``, ``needs``, ``measured``, ``verdict``, ``on_what``,
-    ``setting``, ``detectable``, ``basis``, ``headline``, ``rule`` (its text), ``links``, ``by_report`` and
-    ``details``. A rule that fails is reported as not testable, with its error."""
+    ``setting`` (of the deciding evidence), ``claim_setting`` (the claim's: :class:`~fp8lab.audit.match.ClaimSetting`),
+    ``match`` (how the two compare, or why no setting applies), ``detectable``, ``basis``, ``headline``, ``rule``
+    (its text), ``links``, ``by_report`` and ``details``. A rule that fails is reported as not testable, with its
+    error."""
     rows = []
     for c in CLAIMS:
         r = RULES[c.id]
@@ -66,6 +75,8 @@ def audit(ev: Evidence) -> list[dict[str, Any]]:
                 "verdict": f.verdict,
                 "on_what": f.on_what,
                 "setting": f.setting,
+                "claim_setting": c.where.text,
+                "match": f.match or ("setting-free" if f.verdict != NOT_TESTABLE and not f.setting else ""),
                 "detectable": f.detectable,
                 "basis": f.basis,
                 "headline": f.headline,

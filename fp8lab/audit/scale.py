@@ -14,19 +14,22 @@ from typing import Any, Literal, get_args
 
 from fp8lab.audit.claims import CLAIMS_BY_ID, Claim
 from fp8lab.audit.evidence import Evidence, Missing, Report, Setting
+from fp8lab.audit.match import match_text, mismatches
 from fp8lab.specs import SpecError
 
-Verdict = Literal["confirmed", "refuted", "inconclusive", "not testable here"]
+Verdict = Literal["confirmed", "refuted", "not reproduced here", "inconclusive", "not testable here"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
-CONFIRMED, REFUTED, INCONCLUSIVE, NOT_TESTABLE = VERDICTS
+CONFIRMED, REFUTED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE = VERDICTS
 #: What one part of a claim came to: it ``holds``, is ``contradicted``, the evidence cannot resolve it
 #: (``unresolved``), or no evidence addresses it (``untested``).
 Outcome = Literal["holds", "contradicted", "unresolved", "untested"]
 HOLDS, CONTRADICTED, UNRESOLVED, UNTESTED = get_args(Outcome)
 #: What a claim needs to be decided: GPU runs of a full-size model, GPU runs of any model, or any run.
 Needs = Literal["gpu-model", "gpu", "any"]
+#: The bases that carry no evidence setting (never capped by a setting mismatch).
+SETTING_FREE_BASES = ("physics", "arithmetic", "documented fact", "introspection", "computation", "the seed's script")
 #: The basis of a finding.
-GPU_EVIDENCE, CPU_EVIDENCE, ANALOGUE, PHYSICS, ARITHMETIC, FACT, INTROSPECTION, COMPUTATION = (
+GPU_EVIDENCE, CPU_EVIDENCE, ANALOGUE, PHYSICS, ARITHMETIC, FACT, INTROSPECTION, COMPUTATION, SCRIPT = (
     "GPU evidence",
     "CPU evidence",
     "analogue",
@@ -35,6 +38,7 @@ GPU_EVIDENCE, CPU_EVIDENCE, ANALOGUE, PHYSICS, ARITHMETIC, FACT, INTROSPECTION, 
     "documented fact",
     "introspection",
     "computation",
+    "the seed's script",
 )
 
 # ------------------------------------------------------------------------------------------------ thresholds
@@ -47,8 +51,8 @@ ABOUT_TOL = 0.15
 MEMORY_NOISE = 0.02
 #: Open loop (claim 8): the sender kept its schedule when achieved / scheduled rate is within 5% of 1.
 OPEN_LOOP_RATE_TOL = 0.05
-#: z for a two-sided 95% interval, and the MAD-to-sigma factor of a normal distribution.
-Z95, MAD_SIGMA = 1.96, 1.4826
+#: z for a two-sided 95% interval, z for 80% power, and the MAD-to-sigma factor of a normal distribution.
+Z95, Z80, MAD_SIGMA = 1.96, 0.8416, 1.4826
 #: Halving the KV bytes can at most halve a memory-bound decode step: a cut above 50% (a gain above x2) is
 #: impossible by bandwidth whatever the model (the KV share of the bytes read approaches 1 at best).
 MAX_FP8_STEP_CUT = 0.5
@@ -60,7 +64,8 @@ class Finding:
     evidence when not testable); ``setting`` (of the deciding evidence); ``detectable`` (the smallest effect that
     evidence could detect); ``basis`` (GPU evidence, physics, ...); ``details`` (machine-readable); ``by_report``
     (each report's verdict, analogues marked); ``headline`` (one sentence for the index, when the finding is
-    worth one)."""
+    worth one); ``match`` (how the evidence's setting compares with the claim's: :func:`fp8lab.audit.match.match_text`,
+    or why none is needed)."""
 
     verdict: str
     measured: str
@@ -71,6 +76,7 @@ class Finding:
     detectable: str = ""
     basis: str = ""
     headline: str = ""
+    match: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -101,30 +107,33 @@ def rule(claim_id: str) -> Callable[[Callable[[Evidence], Finding]], Callable[[E
     """Register ``fn(evidence) -> Finding`` as the rule of claim ``claim_id`` (its docstring is the rule's text)."""
 
     def deco(fn: Callable[[Evidence], Finding]) -> Callable[[Evidence], Finding]:
-        RULES[claim_id] = Rule(claim_id, fn, _doc(fn))
+        def capped(ev: Evidence) -> Finding:
+            return cap(CLAIMS_BY_ID[claim_id], fn(ev))
+
+        RULES[claim_id] = Rule(claim_id, capped, _doc(fn))
         return fn
 
     return deco
 
 
 def per_report(
-    claim_id: str, physics: Callable[[Evidence], Finding | None] | None = None
+    claim_id: str, physics: Callable[[Evidence], Finding | None] | None = None, label: str = "physics"
 ) -> Callable[[Callable[[Report], Finding]], Callable[[Report], Finding]]:
     """Register ``fn(report) -> Finding`` as claim ``claim_id``'s rule, applied to every report and combined by
-    comparability (:func:`decide`); ``physics(evidence)``, when given, adds a finding from physics that decides
-    beside the comparable reports."""
+    comparability (:func:`decide`); ``physics(evidence)``, when given, adds a setting-free finding (physics,
+    arithmetic, introspection: named ``label``) that decides beside the comparable reports."""
 
     def deco(fn: Callable[[Report], Finding]) -> Callable[[Report], Finding]:
         def over_reports(ev: Evidence) -> Finding:
             claim = CLAIMS_BY_ID[claim_id]
             found = {r.label: safe(fn, r) for r in ev.reports}
             extra = physics(ev) if physics is not None else None
-            return decide(claim, found, {"physics": extra} if extra is not None else {})
+            return decide(claim, found, {label: extra} if extra is not None else {})
 
         RULES[claim_id] = Rule(
             claim_id,
             over_reports,
-            _doc(fn) + COMBINE_TEXT + (" Physics: " + _doc(physics) if physics is not None else ""),
+            _doc(fn) + COMBINE_TEXT + (f" {label.capitalize()}: " + _doc(physics) if physics is not None else ""),
         )
         return fn
 
@@ -146,8 +155,9 @@ def _setting_of(f: Finding) -> Setting | None:
 
 def combine(findings: Mapping[str, Finding]) -> Finding:
     """One finding from several that all may decide: the testable ones agreeing give their verdict; confirmed
-    beside refuted gives inconclusive (the settings disagree); refuted or confirmed beside inconclusive keeps the
-    decisive one; none testable gives ``not testable here``."""
+    beside refuted gives inconclusive (the settings disagree); refuted or confirmed beside any other keeps the
+    decisive one; ``not reproduced here`` (a capped finding) beside inconclusive keeps the capped one; none testable
+    gives ``not testable here``."""
     if not findings:
         return Finding(NOT_TESTABLE, "no report holds evidence", "no report folder was found")
     measured = " | ".join(f"[{k}] {f.measured}" for k, f in findings.items())
@@ -157,34 +167,73 @@ def combine(findings: Mapping[str, Finding]) -> Finding:
     }
     by = {k: f.verdict for k, f in findings.items()}
     testable = {k: f for k, f in findings.items() if f.verdict != NOT_TESTABLE}
-    setting = "; ".join(f"[{k}] {f.setting}" for k, f in (testable or findings).items() if f.setting)
-    detectable = "; ".join(f"[{k}] {f.detectable}" for k, f in (testable or findings).items() if f.detectable)
-    basis = ", ".join(sorted({f.basis for f in (testable or findings).values() if f.basis}))
-    on = "; ".join(f"[{k}] {f.on_what}" for k, f in (testable or findings).items() if f.on_what)
+    shown = testable or findings
+    setting = "; ".join(f"[{k}] {f.setting}" for k, f in shown.items() if f.setting)
+    detectable = "; ".join(f"[{k}] {f.detectable}" for k, f in shown.items() if f.detectable)
+    basis = ", ".join(sorted({f.basis for f in shown.values() if f.basis}))
+    on = "; ".join(f"[{k}] {f.on_what}" for k, f in shown.items() if f.on_what)
+    match = "; ".join(f"[{k}] {f.match}" for k, f in shown.items() if f.match)
     heads = [f.headline for f in testable.values() if f.headline]
     if not testable:
-        return Finding(NOT_TESTABLE, measured, on, details, by, setting, detectable, "")  # no basis: nothing decided
+        return Finding(NOT_TESTABLE, measured, on, details, by, setting, detectable, "", "", match)
     kinds = {f.verdict for f in testable.values()}
     if {CONFIRMED, REFUTED} <= kinds:
         split = ", ".join(f"{k}: {f.verdict}" for k, f in testable.items())
         return Finding(
-            INCONCLUSIVE, measured, f"the settings disagree ({split}). " + on, details, by, setting, detectable, basis
+            INCONCLUSIVE,
+            measured,
+            f"the settings disagree ({split}). " + on,
+            details,
+            by,
+            setting,
+            detectable,
+            basis,
+            "",
+            match,
         )
-    verdict = REFUTED if REFUTED in kinds else CONFIRMED if CONFIRMED in kinds else INCONCLUSIVE
-    return Finding(verdict, measured, on, details, by, setting, detectable, basis, heads[0] if heads else "")
+    verdict = next(v for v in (REFUTED, CONFIRMED, NOT_REPRODUCED, INCONCLUSIVE) if v in kinds)
+    head = heads[0] if heads and verdict in (CONFIRMED, REFUTED) else ""
+    return Finding(verdict, measured, on, details, by, setting, detectable, basis, head, match)
+
+
+def cap(claim: Claim, f: Finding) -> Finding:
+    """``f`` with its setting checked against the claim's (:func:`fp8lab.audit.match.mismatches`): a confirmation or
+    refutation from evidence that differs from the claim's setting on a dimension that matters becomes ``not
+    reproduced here``, naming the mismatch (``match``) and what the evidence shows in its own setting
+    (``details['uncapped']``);
+    a finding on a setting-free basis (physics, arithmetic, a documented fact, introspection, a computation, the
+    seed's own script) or without an evidence setting is left as it is, with its match stated."""
+    s = _setting_of(f)
+    if s is None:
+        why = f"setting-free ({f.basis})" if f.basis else ""
+        return dataclasses.replace(f, match=f.match or why)
+    mm = mismatches(claim.where, s)
+    text = match_text(claim.where, s)
+    if not mm or f.verdict not in (CONFIRMED, REFUTED):
+        return dataclasses.replace(f, match=text)
+    return dataclasses.replace(
+        f,
+        verdict=NOT_REPRODUCED,
+        on_what=f"{f.verdict} in the evidence's own setting, capped: the settings differ where it matters (setting "
+        "match). " + f.on_what,
+        details={**f.details, "uncapped": f.verdict},  # the mismatch is named in `match`
+        match=text,
+        headline="",
+    )
 
 
 def decide(claim: Claim, findings: Mapping[str, Finding], extra: Mapping[str, Finding] = {}) -> Finding:  # noqa: B006
     """Split per-report findings by comparability (each finding's setting against ``claim.needs``): the comparable
-    ones and ``extra`` (physics) decide (:func:`combine`); the rest are shown as analogues, never as the basis."""
+    ones, each capped by its setting match (:func:`cap`), and ``extra`` (physics, setting-free) decide
+    (:func:`combine`); the rest are shown as analogues, never as the basis."""
     deciding, analogue = {}, {}
     for k, f in findings.items():
         s = _setting_of(f)
         if f.verdict != NOT_TESTABLE and s is not None and not s.qualifies(claim.needs):
             analogue[k] = f
         else:
-            deciding[k] = f
-    deciding.update(extra)
+            deciding[k] = cap(claim, f)
+    deciding.update({k: cap(claim, f) for k, f in extra.items()})
     out = combine(deciding) if deciding else Finding(NOT_TESTABLE, "", "")
     comparable = any(s is not None and s.qualifies(claim.needs) for s in map(_setting_of, findings.values()))
     if not [f for f in deciding.values() if f.verdict != NOT_TESTABLE] and analogue and not comparable:
@@ -198,14 +247,13 @@ def decide(claim: Claim, findings: Mapping[str, Finding], extra: Mapping[str, Fi
             ),
         )
     if analogue:
-        a = "; ".join(f"[{k}, analogue: {_setting_of(f).text}] {f.verdict} ({f.measured})" for k, f in analogue.items())
+        # the analogue's setting is in the evidence table (and in `settings` of the summary): named, not repeated
+        a = "; ".join(f"[{k}, analogue] {f.verdict} ({f.measured})" for k, f in analogue.items())
         by = {**out.by_report, **{k: f"{f.verdict} (analogue)" for k, f in analogue.items()}}
         details = {
             **out.details,
-            **{
-                k: {"verdict": f.verdict, "analogue": True, **{x: y for x, y in f.details.items() if x != "_setting"}}
-                for k, f in analogue.items()
-            },
+            # an analogue's numbers are in `measured`; its details are not repeated
+            **{k: {"verdict": f.verdict, "analogue": True} for k, f in analogue.items()},
         }
         out = dataclasses.replace(
             out, measured=(out.measured + " | " if out.measured else "") + a, by_report=by, details=details

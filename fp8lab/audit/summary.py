@@ -52,14 +52,15 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def summary_values(rows: Sequence[Mapping[str, Any]], ev: Evidence) -> dict[str, Any]:
     """What the notebook records: ``headline`` (:func:`headline`), verdict counts, ``{claim id: verdict}``, the rows
-    (for the index page), the reports read with the setting of each of their studies, the vLLM versions read,
+    (for the index page; without the rule's text, which the page and the code hold), the reports read with the setting of each of their studies, the vLLM versions read,
     and the notes."""
     counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     return {
         "headline": headline(rows),
         "verdict_counts": counts,
         "verdicts": {str(r["id"]): r["verdict"] for r in rows},
-        "audit_rows": [dict(r) for r in rows],
+        # each row as the index shows it; the rule's text is the code's docstring and the notebook's page, not repeated
+        "audit_rows": [{k: v for k, v in r.items() if k != "rule"} for r in rows],
         "reports": {r.label: sorted(r.summaries) for r in ev.reports},
         # where each study read here ran, as the rules saw it (an unknown device makes its evidence undecidable)
         "settings": {r.label: {stem: r.setting(stem[:2]).text for stem in sorted(r.summaries)} for r in ev.reports},

@@ -9,12 +9,13 @@ from typing import Any
 
 from fp8lab.audit.evidence import Evidence, Report
 from fp8lab.audit.readers import ROW_STUDIES
-from fp8lab.audit.scale import CONFIRMED, INCONCLUSIVE, NOT_TESTABLE, REFUTED
+from fp8lab.audit.scale import CONFIRMED, INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REFUTED
 from fp8lab.paths import REPO_ROOT
 
 VERDICT_COLORS: Mapping[str, str] = {
     CONFIRMED: "#d8f0d8",
     REFUTED: "#f6d5d5",
+    NOT_REPRODUCED: "#dde6f6",
     INCONCLUSIVE: "#fbeccb",
     NOT_TESTABLE: "#e6e6e6",
 }
@@ -67,7 +68,9 @@ def evidence_frame(ev: Evidence) -> Any:
 
 
 def verdict_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
-    """The audit table: claim, source, verdict, basis, setting, detectable effect, what was measured, why, links."""
+    """The audit table: claim, the claim's setting (structured; the source's prose is in the per-claim details and
+    the summary), verdict, basis, the evidence's setting and how it matches the claim's, detectable effect, what
+    was measured, why, links."""
     import pandas as pd
 
     return pd.DataFrame(
@@ -75,10 +78,11 @@ def verdict_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
             {
                 "#": r["id"],
                 "claim": r["claim"],
-                "source": r["source"],
+                "claim's setting": r.get("claim_setting", ""),
                 "verdict": r["verdict"],
                 "basis": r["basis"],
                 "setting of the evidence": r["setting"],
+                "setting match": r.get("match", ""),
                 "smallest detectable effect": r["detectable"],
                 "measured": r["measured"],
                 "why / nearest evidence": r["on_what"],

@@ -24,7 +24,8 @@ def verdict_markdown(rows: Sequence[Mapping[str, Any]], ev: Evidence) -> str:
 
 
 def details_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Per claim: the verdict, the claim as quoted, the setting, the detectable effect, the rule and the numbers."""
+    """Per claim: the verdict (each report's), the claim as quoted, the claim's setting and how the evidence's
+    matches it, and the rule; the numbers, settings and detectable effects are the audit table's (not repeated)."""
 
     def esc(text: str) -> str:  # numbers and identifiers (calculate_kv_scales, __init__) are not Markdown
         return re.sub(r"([\\`*_<>\[\]|])", r"\\\1", text)
@@ -37,10 +38,7 @@ def details_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             "",
             *([f'- *As the reports put it:* "{esc(r["quote"])}"'] if r.get("quote") else []),
             f"- *Source:* {esc(r['source'])}; *decided by:* {esc(r['needs'])} evidence",
-            f"- *Basis:* {esc(r['basis'] or '-')}; *setting:* {esc(r['setting'] or '-')}",
-            f"- *Smallest detectable effect:* {esc(r['detectable'] or '-')}",
-            f"- *Measured:* {esc(r['measured'])}",
-            f"- *Why / nearest evidence:* {esc(r['on_what'] or '-')}",
+            f"- *Basis:* {esc(r['basis'] or '-')}; *setting match:* {esc(r.get('match') or '-')}",
             f"- *Rule:* {esc(r['rule'])}",
             "",
         ]

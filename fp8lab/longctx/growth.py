@@ -134,8 +134,10 @@ def fitted_crossover(
 def speed_table(res: LongCtxResult, ramp: pd.DataFrame | None = None, n_boot: int = 1000) -> pd.DataFrame:
     """Every candidate dtype against ``auto`` at each (concurrency, length) both ran: ratio of TTFT, ITL
     P50/P95, E2E medians (``< 1``: the candidate is faster), and the ITL median's relative delta with a
-    bootstrap CI over the pooled gaps (:func:`fp8lab.stats.bootstrap_delta`; ``itl_label`` says
-    ``within noise`` when the interval contains zero)."""
+    bootstrap CI that resamples requests, each with all its gaps (:func:`fp8lab.stats.bootstrap_delta` with
+    ``within=False``: a request's gaps are not independent draws); ``itl_label`` says ``no interval`` when a dtype
+    ran fewer than two requests there (one request at a time: the ramp's points), ``within noise`` when the
+    interval contains zero."""
     from fp8lab import metrics, stats
 
     ramp = ramp_table(res) if ramp is None else ramp
@@ -163,9 +165,19 @@ def speed_table(res: LongCtxResult, ramp: pd.DataFrame | None = None, n_boot: in
             for m in ("ttft_p50_s", "itl_p50_s", "itl_p95_s", "e2e_p50_s"):
                 row[m.replace("_s", "_ratio")] = float(c[m] / b[m]) if b[m] else np.nan
             name = f"ramp-c{key[0]}-L{key[1]}"
-            ga = metrics.explode_itl(rec[(rec.role == "ramp") & (rec.kv_dtype == BASELINE) & (rec.phase == name)])
-            gb = metrics.explode_itl(rec[(rec.role == "ramp") & (rec.kv_dtype == dt) & (rec.phase == name)])
-            d = stats.bootstrap_delta(ga.itl_s, gb.itl_s, "median", n_boot=n_boot, seed=res.plan.seed)
+            keep = ("request",)
+            ga = metrics.explode_itl(rec[(rec.role == "ramp") & (rec.kv_dtype == BASELINE) & (rec.phase == name)], keep)
+            gb = metrics.explode_itl(rec[(rec.role == "ramp") & (rec.kv_dtype == dt) & (rec.phase == name)], keep)
+            d = stats.bootstrap_delta(
+                ga.itl_s,
+                gb.itl_s,
+                "median",
+                clusters_a=ga["request"] if "request" in ga else None,
+                clusters_b=gb["request"] if "request" in gb else None,
+                within=False,
+                n_boot=n_boot,
+                seed=res.plan.seed,
+            )
             row.update(itl_delta=d.delta, itl_lo=d.lo, itl_hi=d.hi, itl_label=d.label.replace("B", dt))
             rows.append(row)
     return pd.DataFrame(rows)

@@ -10,7 +10,7 @@ summary and verdict functions (it computes nothing of its own)::
 
 The verdict: the field report's claim (the claims audit's claim 16, :data:`~fp8lab.prefix.verdict.CLAIM`) judged by
 :func:`~fp8lab.prefix.verdict.claim_verdict`, its words put on the audit's scale as the audit does
-(:data:`VERDICT_WORDS`); ``n`` is the number of paired trials; ``detectable`` the median 95% CI half-width of the
+(:data:`VERDICT_WORDS`); ``n`` is the number of paired trials; ``detectable`` the median detectable difference at 80% power of the
 hit-rate difference (percentage points)."""
 
 from __future__ import annotations
@@ -127,7 +127,11 @@ class Results:
                 verdict=VERDICT_WORDS[word],
                 sentence=line + (f" {evidence}." if evidence else ""),
                 n=None if word == "not measured" else int(s["trials"]),
-                detectable=f"+-{det:.2f} pp of hit rate (median 95% CI half-width)" if det is not None else None,
+                detectable=f"{det:.2f} pp of hit rate (detectable at 80% power, median over the cells that varied)"
+                if det is not None
+                else "deterministic replay, no interval"
+                if s.get("dhit_deterministic_cells")
+                else None,
             ),
         )
 

@@ -16,6 +16,11 @@ from fp8lab.prefix.verdict import _isnan, _records, claim_evidence, claim_verdic
 
 def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str, Any]:
     """The study's key numbers (what the notebook records and the audit reads)."""
+    import numpy as np
+    import pandas as pd
+
+    from fp8lab import stats
+
     spec = run.spec
     pred = plan(spec)
     cells = cell_table(run.rows)
@@ -53,8 +58,17 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
     if len(sweep) and "ttft_detectable_pct" in sweep:
         hw = sweep.ttft_detectable_pct.dropna()
         s["ttft_min_detectable_pct"] = float(hw.median()) if len(hw) else None
-        dh = ((sweep.dhit_pp_ci_high - sweep.dhit_pp_ci_low) / 2).dropna()
-        s["dhit_min_detectable_pp"] = float(dh.median()) if len(dh) else None
+        # the hit rate's detectable difference at 80% power over the cells whose trials differed; a deterministic
+        # replay (every trial alike) has no interval and is counted, not given a detectable effect of 0
+        fixed = sweep["dhit_deterministic"] if "dhit_deterministic" in sweep else pd.Series(False, index=sweep.index)
+        varied = sweep[~fixed.fillna(False).astype(bool)]
+        dh = [
+            stats.detectable_from_interval(lo, hi, int(n) - 1)
+            for lo, hi, n in zip(varied.dhit_pp_ci_low, varied.dhit_pp_ci_high, varied.n_pairs, strict=True)
+            if np.isfinite(lo) and np.isfinite(hi) and n and n > 1
+        ]
+        s["dhit_min_detectable_pp"] = float(np.median(dh)) if dh else None
+        s["dhit_deterministic_cells"] = int(fixed.fillna(False).astype(bool).sum())
     # the claim's numbers: hit rates where both hold (inside auto's knee) and where fp8's extra hits show
     for w in spec.workloads:
         g = sweep[sweep.workload == w.kind] if len(sweep) else sweep
@@ -89,6 +103,8 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
                         "tput_ratio",
                     )
                 }
+                if "dhit_deterministic" in best:  # every trial gave this difference: it has no interval
+                    s[f"{w.kind}.gain"]["dhit_deterministic"] = bool(best["dhit_deterministic"])
     s["claim_verdict"] = claim_verdict(s, base, other)
     s["claim_evidence"] = claim_evidence(s, base, other)
     return s
@@ -116,9 +132,12 @@ def summary_rows(
     block size). Per cell and kv dtype: ``prefix_hit_rate`` (fraction), ``ttft_mean`` (ms), ``n`` the paired
     trials; the replay's ``prefix_hit_rate_predicted`` (evidence ``computed``); ``other`` against ``base``: the hit
     rate's paired difference (pp), the TTFT and throughput (``output_tok_s``) paired ratios, each with its 95%
-    interval and ``detectable`` its half-width (TTFT: :func:`fp8lab.stats.detectable_pct` / 100), TTFT
+    interval and ``detectable`` the smallest difference the paired trials detect with 80% power
+    (:func:`fp8lab.stats.detectable_from_interval`; TTFT: :func:`fp8lab.stats.power_detectable_pct` / 100); a
+    hit-rate difference every trial reproduced (a deterministic replay) has no interval and no detectable. TTFT
     ``beyond_noise`` when the interval excludes 1 and the change exceeds the noise floor. Per workload and dtype:
     ``prefix_knee_predicted`` (the replay) and ``prefix_knee_measured`` (the last N held) in conversations."""
+    from fp8lab import stats
     from fp8lab import summary_table as st
 
     spec = run.spec
@@ -140,9 +159,10 @@ def summary_rows(
 
     def ci(r: dict[str, Any], col: str) -> dict[str, Any]:
         lo, hi = _finite(r.get(f"{col}_ci_low")), _finite(r.get(f"{col}_ci_high"))
-        if lo is None or hi is None:
+        pairs = _finite(r.get("n_pairs"))
+        if lo is None or hi is None or not pairs:
             return {}
-        return {"ci_low": lo, "ci_high": hi, "detectable": (hi - lo) / 2}
+        return {"ci_low": lo, "ci_high": hi, "detectable": stats.detectable_from_interval(lo, hi, int(pairs) - 1)}
 
     for r in _records(sweep):
         pairs = _finite(r.get("n_pairs"))

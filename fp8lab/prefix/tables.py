@@ -67,8 +67,11 @@ def sweep_table(cells: Any, predicted: Any = None, base: str = "auto", other: st
     """Per (workload, n_active): each dtype's mean hit rate over trials (and predicted, when ``predicted`` is the
     :func:`plan` table); ``dhit_pp`` = other - base hit rate in percentage points with a paired t interval over
     trials; ``ttft_ratio`` = other / base mean TTFT (geometric mean of per-trial ratios, t interval on the logs,
-    :func:`fp8lab.stats.paired_ratio`) with ``ttft_detectable_pct`` (its half-width) and ``ttft_noise_pct`` (the
-    base's same-config noise, :func:`fp8lab.stats.self_noise`); ``tput_ratio`` likewise for output tokens/s."""
+    :func:`fp8lab.stats.paired_ratio`) with ``ttft_detectable_pct`` (the smallest change the paired trials detect
+    with 80% power, :func:`fp8lab.stats.power_detectable_pct`) and ``ttft_noise_pct`` (the base's same-config noise,
+    :func:`fp8lab.stats.self_noise`); ``tput_ratio`` likewise for output tokens/s. ``dhit_deterministic``: every
+    trial gave the same hit-rate difference (the replay is deterministic: hit counts follow token counts), so the
+    difference has no interval (its ends NaN), not a zero-width one."""
     import pandas as pd
 
     if cells is None or not len(cells):
@@ -89,18 +92,21 @@ def sweep_table(cells: Any, predicted: Any = None, base: str = "auto", other: st
         if {base, other} <= set(g.kv_dtype):
             w_ = g.pivot_table(index="trial", columns="kv_dtype", values=["hit_rate", "ttft_mean_ms", "output_tok_s"])
             w_ = w_.dropna()
-            dh = stats.t_interval((w_["hit_rate"][other] - w_["hit_rate"][base]) * 100)
+            diffs = (w_["hit_rate"][other] - w_["hit_rate"][base]) * 100
+            dh = stats.t_interval(diffs)
+            fixed = stats.deterministic(diffs)
             tr = stats.paired_ratio(w_["ttft_mean_ms"][base], w_["ttft_mean_ms"][other])
             pr = stats.paired_ratio(w_["output_tok_s"][base], w_["output_tok_s"][other])
             row.update(
                 {
                     "dhit_pp": dh.estimate,
-                    "dhit_pp_ci_low": dh.lo,
-                    "dhit_pp_ci_high": dh.hi,
+                    "dhit_pp_ci_low": float("nan") if fixed else dh.lo,
+                    "dhit_pp_ci_high": float("nan") if fixed else dh.hi,
+                    "dhit_deterministic": fixed,
                     "ttft_ratio": tr.estimate,
                     "ttft_ratio_ci_low": tr.lo,
                     "ttft_ratio_ci_high": tr.hi,
-                    "ttft_detectable_pct": stats.detectable_pct(tr),
+                    "ttft_detectable_pct": stats.power_detectable_pct(tr),
                     "ttft_noise_pct": stats.self_noise(w_["ttft_mean_ms"][base]),
                     "tput_ratio": pr.estimate,
                     "tput_ratio_ci_low": pr.lo,

@@ -128,7 +128,11 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
     for key, g in ((k, v) for k, v in s.items() if k.endswith(".gain") and v):
         w = key.split(".")[0]
         ci = (
-            f" [{g['dhit_pp_ci_low']:+.1f}, {g['dhit_pp_ci_high']:+.1f}]" if g.get("dhit_pp_ci_low") is not None else ""
+            "; deterministic, no interval"
+            if g.get("dhit_deterministic")
+            else f" [{g['dhit_pp_ci_low']:+.1f}, {g['dhit_pp_ci_high']:+.1f}]"
+            if g.get("dhit_pp_ci_low") is not None and not _isnan(g.get("dhit_pp_ci_low"))
+            else ""
         )
         tt = (
             f"; TTFT {other}/{base} {g['ttft_ratio']:.3f} [{g['ttft_ratio_ci_low']:.3f}, {g['ttft_ratio_ci_high']:.3f}]"
@@ -149,14 +153,20 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         )
     if s.get("ttft_min_detectable_pct") is not None:
         out.append(
-            f"The smallest TTFT change these trials resolve is about {s['ttft_min_detectable_pct']:.1f}% "
-            "(median 95% CI half-width of the paired ratio)"
+            f"The smallest TTFT change these trials detect with 80% power is about {s['ttft_min_detectable_pct']:.1f}% "
+            "(median over the cells, paired t on the log ratios)"
             + (
-                f"; for the hit rate, {s['dhit_min_detectable_pp']:.2f} percentage points (0 when every trial hit "
-                "exactly alike: hit counts depend on token counts, not on the text)."
+                f"; for the hit rate, {s['dhit_min_detectable_pp']:.2f} percentage points where trials differed"
                 if s.get("dhit_min_detectable_pp") is not None
-                else "."
+                else ""
             )
+            + (
+                f"; {s['dhit_deterministic_cells']} cells' hit-rate differences were the same in every trial "
+                "(the replay is deterministic: hit counts follow token counts), so they have no interval"
+                if s.get("dhit_deterministic_cells")
+                else ""
+            )
+            + "."
         )
     for c in s["correctness"]:
         same = c["tokens_equal"] == 1.0 and c["max_abs_dlogprob"] == 0.0

@@ -7,6 +7,7 @@ import math
 import shutil
 
 import pytest
+from scipy import stats as scipy_stats
 
 from fp8lab import audit
 from fp8lab import summary_table as st
@@ -75,7 +76,11 @@ def test_deltas_are_paired_with_t_intervals_and_a_median_noise_floor(summary):
     for key, d in deltas.items():
         excludes_zero = d["lo_pct"] > 0 or d["hi_pct"] < 0
         assert d["beyond_noise_floor"] == (excludes_zero and abs(d["delta_pct"]) > d["noise_floor_pct"]), key
-        assert d["detectable_pct"] == pytest.approx(max(d["noise_floor_pct"], (d["hi_pct"] - d["lo_pct"]) / 2)), key
+        # the smallest effect the n paired trials detect with 80% power (two-sided 5%, t on n - 1 df), or the floor
+        t975, t80 = (scipy_stats.t.ppf(q, d["n"] - 1) for q in (0.975, 0.8))
+        half_log = (math.log(1 + d["hi_pct"] / 100) - math.log(1 + d["lo_pct"] / 100)) / 2
+        mde = 100 * (math.exp((t975 + t80) * half_log / t975) - 1)
+        assert d["detectable_pct"] == pytest.approx(max(d["noise_floor_pct"], mde), rel=1e-6), key
     for m in ("TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "ITL P50", "ITL P99"):
         for c in summary["concurrency"]:
             assert deltas[f"fp8: {m} @c={c}"]["n"] == summary["trials"]

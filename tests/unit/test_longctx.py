@@ -551,7 +551,10 @@ def test_fake_study_tables(fake_study):
     assert t.trend.set_index("source").loc["text", "abs_dlogprob"] == pytest.approx(0.01)
     assert set(t.passkey.kv_dtype) == {"auto", "fp8"} and not t.passkey.correct.any()
     c = lc.claims(res, t)
-    assert c["gains_grow"]["label"] == "supported" and c["block256"]["unsupported"] == [16]
+    # one request per dtype and length: resampling requests (a request's gaps are not independent) gives no interval,
+    # so "fp8 faster beyond noise at the longest" is not established: the claim holds only in part
+    assert c["gains_grow"]["label"].startswith("partly: the fp8/auto ITL ratio falls with length")
+    assert c["block256"]["unsupported"] == [16]
     assert c["silent"]["baseline_can_retrieve"] is False
     md = lc.verdict_markdown(res, t, c)
     assert "10,240" in md and "20,736" in md

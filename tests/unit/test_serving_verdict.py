@@ -173,7 +173,10 @@ def test_delta_row_on_five_paired_trials():
     ab.sort()
     assert r["noise_pairs"] == 8 and r["noise_floor_pct"] == pytest.approx((ab[3] + ab[4]) / 2)
     assert r["label"] == "better" and r["beyond_noise_floor"] is True
-    assert r["detectable_pct"] == pytest.approx(max(r["noise_floor_pct"], (r["hi_pct"] - r["lo_pct"]) / 2))
+    # the smallest effect 5 paired trials detect with 80% power (t quantiles of 4 df), or the floor if larger
+    half_log = (math.log(1 + r["hi_pct"] / 100) - math.log(1 + r["lo_pct"] / 100)) / 2
+    mde = 100 * (math.exp((2.776445 + 0.940965) * half_log / 2.776445) - 1)
+    assert r["detectable_pct"] == pytest.approx(max(r["noise_floor_pct"], mde), rel=1e-5)
     # the same numbers as a latency (lower is better): worse, still beyond noise
     assert serving.delta_row("TTFT P99 @c=8", a, b, higher_is_better=False)["label"] == "worse"
     # a trial only one dtype has is not paired: n counts the common trials
@@ -182,7 +185,7 @@ def test_delta_row_on_five_paired_trials():
     line = serving.delta_line(pd.Series(r))
     assert (
         "n=5 paired trials, 95% t-interval" in line
-        and "detectable >=" in line
+        and "detectable at 80% power >=" in line
         and line.endswith("better, beyond noise")
     )
 

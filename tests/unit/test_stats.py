@@ -58,6 +58,52 @@ def test_paired_ratio_is_a_t_interval_on_log_ratios():
     assert r.estimate == pytest.approx(math.exp(-0.1), rel=1e-12)  # the geometric mean, not the mean ratio
     assert (r.lo, r.hi) == pytest.approx((math.exp(-0.1 - h), math.exp(-0.1 + h)), rel=1e-12)
     assert stats.detectable_pct(r) == pytest.approx(50 * (math.exp(-0.1 + h) - math.exp(-0.1 - h)), rel=1e-12)
+    # the smallest detectable effect of 3 pairs at 80% power: (t(0.975, 2) + t(0.8, 2)) x SE on the log scale,
+    # SE = 0.1 / sqrt(3); t(0.8, 2) = (2p - 1) / sqrt(2p (1 - p)) = 0.6 / sqrt(0.32) = 1.060660 (2 df's closed form)
+    se = 0.1 / math.sqrt(3)
+    assert stats.power_detectable_pct(r) == pytest.approx(100 * (math.exp((T2 + 1.060660) * se) - 1), rel=1e-5)
+    assert stats.power_detectable_pct(r) > stats.ratio_half_width_pct(r)  # the half-width has only 50% power
+
+
+def test_detectable_effect_at_80_percent_power():
+    # normal: z(0.975) + z(0.80) = 1.959964 + 0.841621 = 2.801585 standard errors
+    assert stats.detectable_effect(1.0) == pytest.approx(2.801585, abs=1e-6)
+    assert stats.detectable_effect(0.5) == pytest.approx(1.400792, abs=1e-6)
+    # paired t over 5 pairs (4 df): t(0.975, 4) + t(0.80, 4) = 2.776445 + 0.940965
+    assert stats.detectable_effect(1.0, df=4) == pytest.approx(3.717410, abs=1e-6)
+    assert stats.detectable_effect(1.0, df=0) == math.inf
+    # from a recorded 95% interval: SE = half-width / quantile, so a t interval of half-width 2.776445 on 4 df
+    # has SE 1 and a bootstrap (normal) interval of half-width 1.96 has SE 1
+    assert stats.detectable_from_interval(-2.776445, 2.776445, df=4) == pytest.approx(3.717410, abs=1e-5)
+    assert stats.detectable_from_interval(1.0 - 1.959964, 1.0 + 1.959964) == pytest.approx(2.801585, abs=1e-5)
+    assert math.isnan(stats.detectable_from_interval(math.nan, 1.0))
+
+
+def test_deterministic_replays_have_no_interval():
+    assert stats.deterministic([0.51, 0.51, 0.51]) and not stats.deterministic([0.51, 0.52, 0.51])
+    assert not stats.deterministic([0.5])  # one value: nothing repeated
+    assert stats.interval_text(0.0, 0.0, deterministic_=True) == "deterministic, no interval"
+    assert stats.interval_text(-1.25, 2.5, unit=" pp") == "[-1.2, +2.5] pp"
+    assert stats.interval_text(math.nan, 1.0) == "no interval"
+
+
+def test_request_level_resampling_keeps_a_requests_gaps_together():
+    # two requests a side, each with constant gaps: resampling whole requests can only give the medians of the
+    # four request combinations, so every replicate's median is one of a few values; resampling gaps as if
+    # independent would give the same here, so the check is on the units and on one request giving no interval
+    a, ca = [1.0] * 10 + [3.0] * 10, [0] * 10 + [1] * 10
+    b, cb = [1.0] * 10 + [3.0] * 10, [0] * 10 + [1] * 10
+    d = stats.bootstrap_delta(a, b, "mean", clusters_a=ca, clusters_b=cb, within=False, n_boot=400)
+    assert (d.units_a, d.units_b) == (2, 2) and d.delta == 0.0
+    # replicate means are 1, 2 or 3 per side: the ratio is one of 1/3, 1/2, 2/3, 1, 3/2, 2, 3 minus 1
+    assert d.lo >= 1 / 3 - 1 and d.hi <= 2 and d.label == "within noise"
+    one = stats.bootstrap_delta(
+        [1.0, 1.1, 0.9], [2.0, 2.1, 1.9], "median", clusters_a=[0] * 3, clusters_b=[0] * 3, within=False
+    )
+    assert one.label == "no interval" and math.isnan(one.lo) and one.delta == pytest.approx(1.0)
+    # by value (the former way), the gaps of one request give a spuriously narrow interval
+    by_gap = stats.bootstrap_delta([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], "median")
+    assert by_gap.label == "B higher"
 
 
 def test_paired_ratio_pairs_are_kept_together():

@@ -102,10 +102,15 @@ def test_labels_and_the_smallest_detectable_effect():
     assert stats.delta_label(d, higher_is_better=True) == "better"
     assert stats.delta_label(d, higher_is_better=False) == "worse"  # e.g. a latency that grew
     assert stats.delta_label(stats.PairedDelta(1, 1, 2.0, -1.0, 5.0, 3), True) == "within noise"
-    # half-width 2.04 vs floor 1.99: the half-width decides; with a floor of 3 the floor does
-    assert stats.smallest_detectable_pct(d, stats.NoiseFloor(1.99, 1.0, 2.2, 8)) == pytest.approx(2.04)
-    assert stats.smallest_detectable_pct(d, stats.NoiseFloor(3.0, 1.0, 4.0, 8)) == pytest.approx(3.0)
+    # the paired design's detectable effect at 80% power, two-sided 5%, 4 degrees of freedom, on the log scale:
+    # SE = half-width / t(0.975, 4) = ((ln 1.0614 - ln 1.0206) / 2) / 2.776445; effect (2.776445 + 0.940965) x SE
+    se = (math.log(1.0614) - math.log(1.0206)) / 2 / 2.776445
+    mde = 100 * (math.exp((2.776445 + 0.940965) * se) - 1)  # 2.659%, not the half-width 2.04%
+    assert mde == pytest.approx(2.659, abs=1e-3)
+    assert stats.smallest_detectable_pct(d, stats.NoiseFloor(1.99, 1.0, 2.2, 8)) == pytest.approx(mde, rel=1e-5)
+    assert stats.smallest_detectable_pct(d, stats.NoiseFloor(3.0, 1.0, 4.0, 8)) == pytest.approx(3.0)  # the floor
     line = stats.delta_sentence(d, stats.NoiseFloor(1.99, 1.01, 2.23, 8))
     assert line == (
-        "+4.1% [+2.1, +6.1] (n=5 paired trials, 95% t-interval; noise floor 2.0% [IQR 1.0-2.2]; detectable >= 2.0%)"
+        "+4.1% [+2.1, +6.1] (n=5 paired trials, 95% t-interval; noise floor 2.0% [IQR 1.0-2.2]; "
+        "detectable at 80% power >= 2.7%)"
     )
