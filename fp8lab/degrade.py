@@ -130,8 +130,9 @@ def notebook_for(notebook: Path, params: dict[str, Any], work_dir: Path) -> Path
             break
     keep.append(
         nbformat.v4.new_markdown_cell(
-            "## Not measured on this device\n\nThis device has no native FP8 KV kernel (`fp8lab doctor` says why). "
-            "The rest of this study measures engines with an FP8 cache, so it was not run; see the sentence below."
+            # the page's verdict (fp8lab.htmlexport opens the page with it, anchored #verdict, as the index links it)
+            "## Verdict: not measured on this device\n\nThis device has no native FP8 KV kernel (`fp8lab doctor` says "
+            "why). The rest of this study measures engines with an FP8 cache, so it was not run; see the sentence below."
         )
     )
     keep.append(nbformat.v4.new_code_cell(_CELL.replace("{stem!r}", json.dumps(Path(notebook).stem))))
