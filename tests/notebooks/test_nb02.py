@@ -9,10 +9,7 @@ import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.native_fp8,
-]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = pytest.mark.slow
 
 NB02 = NOTEBOOKS_DIR / "02_calibration_32_tokens.ipynb"
 

@@ -11,10 +11,7 @@ from fp8lab import kvmath
 from fp8lab import longctx as lc
 from fp8lab.paths import NOTEBOOKS_DIR
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.native_fp8,
-]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = pytest.mark.slow
 
 NB04 = NOTEBOOKS_DIR / "04_long_context_ramp_128k.ipynb"
 
