@@ -11,7 +11,10 @@ from fp8lab import kvmath
 from fp8lab import longctx as lc
 from fp8lab.paths import NOTEBOOKS_DIR
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_fp8,
+]  # its emulated path (no kernel) is not asserted here yet: test_degraded.py and the main job cover it there
 
 NB04 = NOTEBOOKS_DIR / "04_long_context_ramp_128k.ipynb"
 
