@@ -130,6 +130,7 @@ def notebook_for(notebook: Path, params: dict[str, Any], work_dir: Path) -> Path
             break
     keep.append(
         nbformat.v4.new_markdown_cell(
+            # the page's verdict (fp8lab.htmlexport opens the page with it, anchored #verdict, as the index links it)
             "## Verdict: not measured on this device\n\nThis device has no native FP8 KV kernel (`fp8lab doctor` says "
             "why). The rest of this study measures engines with an FP8 cache, so it was not run: no claim of this study "
             "is judged here; the sentence below says what is missing, and the table gives the formula's capacities "

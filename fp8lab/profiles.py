@@ -16,6 +16,14 @@ from fp8lab.paths import NOTEBOOKS_DIR
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
 #: The test suite's notebook tier runs on this profile (cpu-tiny with fewer repetitions; profiles.yaml says why).
 TEST_PROFILE = "cpu-ci"
+#: ... and on this one where the native FP8 KV kernel is missing and FP8 runs emulated (profiles.yaml says why).
+EMULATED_TEST_PROFILE = "cpu-ci-emulated"
+
+
+def tier_profile(native_fp8: bool) -> str:
+    """The test tier's profile on a device with (``native_fp8``) or without the native FP8 KV kernel
+    (:func:`fp8lab.capability.kv_support`)."""
+    return TEST_PROFILE if native_fp8 else EMULATED_TEST_PROFILE
 
 
 def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""The notebook tier's runner: a notebook executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions)."""
+"""The notebook tier's runner: a notebook executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny
+with fewer repetitions; ``cpu-ci-emulated``, smaller quality sets, where FP8 runs emulated), on every CPU. Where the native FP8 KV kernel is missing (an AVX2-only CPU) the notebooks take
+the path the main job takes there (:mod:`fp8lab.degrade`, :mod:`fp8lab.fp8emu`) and the tests assert what that path
+must show; ``native_fp8`` and ``kv_label`` say which path ran and what a dtype is called on it."""
 
 from __future__ import annotations
 
@@ -8,17 +11,46 @@ from pathlib import Path
 import pytest
 
 from fp8lab import pagecheck
-from fp8lab.report import TEST_PROFILE, load_profile, resolved_parameters, run_notebook
+from fp8lab.capability import kv_support
+from fp8lab.degrade import NATIVE_ONLY
+from fp8lab.fp8emu import emulated_label
+from fp8lab.profiles import tier_profile
+from fp8lab.report import load_profile, resolved_parameters, run_notebook
+
+#: Whether this device has the native FP8 KV kernel, read once at collection (before test_degraded.py switches it
+#: off for its own tests): as the root conftest decides which ``native_fp8`` tests run.
+NATIVE_FP8 = kv_support("fp8").native
+#: The tier's profile: cpu-ci, or cpu-ci-emulated where FP8 runs emulated (fp8lab/profiles.yaml says why).
+PROFILE = tier_profile(NATIVE_FP8)
 
 
 @pytest.fixture(scope="session")
-def run_nb(tmp_path_factory, runs_root) -> Callable[[Path, dict], tuple[dict, dict]]:
-    """``run(notebook, overrides) -> (params, summary)``: the notebook's parameters on the test profile with
+def profile() -> dict:
+    """The tier's profile (:data:`PROFILE`), loaded."""
+    return load_profile(PROFILE)
+
+
+@pytest.fixture(scope="session")
+def native_fp8() -> bool:
+    """True where the FP8 engines ran natively; False where the notebooks took the emulated / reduced path."""
+    return NATIVE_FP8
+
+
+@pytest.fixture(scope="session")
+def kv_label() -> Callable[[str], str]:
+    """``label(kv_dtype)``: how a study names a kv dtype's configuration on this device: the dtype itself where it
+    runs natively (and ``auto`` everywhere), ``<dtype> (emulated)`` for an FP8 dtype without the kernel."""
+    return lambda d: d if NATIVE_FP8 or d == "auto" else emulated_label(d)
+
+
+@pytest.fixture(scope="session")
+def run_nb(tmp_path_factory, runs_root, profile) -> Callable[[Path, dict], tuple[dict, dict]]:
+    """``run(notebook, overrides) -> (params, summary)``: the notebook's parameters on the tier's profile with
     ``overrides`` on top, executed into a fresh folder of the session's store; fails the test unless it ran and
     its fresh page passes the reader's text check (``fp8lab.pagecheck``)."""
 
     def run(notebook: Path, overrides: dict) -> tuple[dict, dict]:
-        params = resolved_parameters(notebook, load_profile(TEST_PROFILE), overrides)
+        params = resolved_parameters(notebook, profile, overrides)
         out_dir = tmp_path_factory.mktemp(notebook.stem[:4])
         entry = run_notebook(notebook, out_dir, params, progress=False)
         assert entry["status"] == "ok", entry["error"]
@@ -28,3 +60,34 @@ def run_nb(tmp_path_factory, runs_root) -> Callable[[Path, dict], tuple[dict, di
         return params, entry["summary"]
 
     return run
+
+
+#: Everything a reduced notebook records (fp8lab.degrade.summary) for the default dtypes: the sentence, the statuses,
+#: the capability report and the formula's capacities; no measured figure.
+REDUCED_KEYS = frozenset(
+    {
+        "not_measured",
+        "degraded",
+        "capability",
+        "auto.status",
+        "fp8.status",
+        "fp8.unsupported_reason",
+        *(f"{d}.predicted_{k}" for d in ("auto", "fp8") for k in ("num_blocks", "kv_capacity_tokens")),
+    }
+)
+
+
+@pytest.fixture(scope="session")
+def not_measured() -> Callable[..., None]:
+    """``check(summary, number, *keys)``: the reduced page of study ``number`` (a speed study on a device without the
+    kernel, :data:`fp8lab.degrade.NATIVE_ONLY`) says that, and why, fp8's figures were not measured, records only
+    :data:`REDUCED_KEYS` and so none of ``keys``."""
+
+    def check(summary: dict, number: str, *keys: str) -> None:
+        assert summary["degraded"] is True and set(summary) == REDUCED_KEYS, set(summary) ^ REDUCED_KEYS
+        assert summary["not_measured"].startswith(f"Not measured: the {NATIVE_ONLY[number]} of kv_cache_dtype fp8, ")
+        assert summary["fp8.unsupported_reason"] in summary["not_measured"]
+        assert summary["auto.status"] == "not run" and summary["fp8.status"] == "unsupported"
+        assert not set(keys) & set(summary)
+
+    return check

@@ -16,10 +16,7 @@ import pytest
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
 from fp8lab.report import load_profile, parameters_for, previous_entries, run_notebook, write_index
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.native_fp8,
-]  # FP8 engines: skipped without the kernel (test_degraded.py covers that)
+pytestmark = pytest.mark.slow
 
 NB05 = NOTEBOOKS_DIR / "05_claims_audit.ipynb"
 H200 = REPO_ROOT / "reports" / "h200"
