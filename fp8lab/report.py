@@ -96,7 +96,7 @@ def record_summary(
         rows_file.unlink(missing_ok=True)
         summary_table.parquet_path(rows_file).unlink(missing_ok=True)
     clean = _clean(values)
-    target.write_text(json.dumps(clean, indent=2, sort_keys=True))
+    target.write_text(json.dumps(clean, sort_keys=True))
     if show:
         print(json.dumps(clean, indent=2, sort_keys=True))
     else:
@@ -346,7 +346,7 @@ def _write_summary(
         "notebooks": dict(sorted(merged.items())),
         "ran_now": {e["notebook"]: {"status": e["status"], "error": e["error"]} for e in entries},  # this call's
     }
-    (out_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2, sort_keys=True))
+    (out_dir / "summary.json").write_text(json.dumps(_clean(summary), sort_keys=True))
     write_index(out_dir, summary)
     return summary
 

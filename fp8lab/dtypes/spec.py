@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fp8lab.errors import SpecError
 from fp8lab.kvformats import allowed_kv_dtypes, check_kv_dtype
-from fp8lab.specs import EngineSpec, check_bool, check_float, check_int, check_model_folder
+from fp8lab.specs import EngineSpec, check_bool, check_float, check_int, check_model_folder, resolve_model
 
 STUDY = "08_kv_dtype_matrix"
 PROTOCOL = 1
@@ -138,11 +136,21 @@ class MatrixSpec:
         return cls(**kw)
 
     def descriptor(self) -> dict[str, Any]:
-        """What determines the outcome (hashed to name the run): the spec, the protocol, the vLLM and torch versions
-        and engine-side code (:func:`fp8lab.results.run_versions`), and this study's own worker."""
-        from fp8lab.results import run_versions
+        """What determines the outcome (hashed to name the run): the spec with its model as given
+        (:func:`fp8lab.results.model_ref`) and the digest of the model's config and weights, never where the model
+        lies; the protocol; the vLLM and torch versions, the engine-side code and this study's own worker
+        (:func:`fp8lab.results.run_versions`, ``study_code``)."""
+        from fp8lab.results import model_digest, model_ref, run_versions
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
-        worker = hashlib.sha256((Path(__file__).parent / "worker.py").read_bytes()).hexdigest()[:12]
-        return {"study": STUDY, "protocol": PROTOCOL, **run_versions(), "worker": worker, "spec": d}
+        path = resolve_model(self.model)
+        d["model"] = model_ref(path)
+        digest = model_digest(path, "auto")
+        return {
+            "study": STUDY,
+            "protocol": PROTOCOL,
+            **run_versions(("dtypes/worker.py",)),
+            "spec": d,
+            **({"model_digest": digest} if digest is not None else {}),
+        }
