@@ -31,7 +31,7 @@ Sources of the formulas
   ``MLAAttentionSpec`` has ``num_kv_heads=1``, ``head_size=kv_lora_rank+qk_rope_head_dim``,
   ``head_size_v=0``, which is exactly how :class:`KVLayout` stores it.
 
-See also ``/work/shared/vllm-notes.md`` section 3 (how vLLM sizes the cache).
+See also the project's shared ``vllm-notes.md`` section 3 (how vLLM sizes the cache).
 
 Where the names live (issue 16 split this module along a clean line; every name is still ``kvmath.<name>``):
 :mod:`fp8lab.kvlayout` reads a config into a :class:`KVLayout` (re-exported here), :mod:`fp8lab.kvweights`
