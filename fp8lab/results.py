@@ -111,6 +111,25 @@ def run_versions(code: Sequence[str] = ()) -> dict[str, str | None]:
     return out
 
 
+def study_descriptor(
+    study: str, protocol: int, spec: dict[str, Any], model: str, load_format: str, code: Sequence[str]
+) -> dict[str, Any]:
+    """The cache key of a study that stores its own runs (Studies 06, 07, 08): ``spec`` (its fields as a dict) with
+    its model as given (:func:`model_ref`, never where it lies) beside :func:`model_digest` of the model's config and
+    weights, the ``protocol``, and :func:`run_versions` with that study's own ``code``."""
+    from fp8lab.specs import resolve_model
+
+    path = resolve_model(model)
+    digest = model_digest(path, load_format)
+    return {
+        "study": study,
+        "protocol": protocol,
+        **run_versions(code),
+        "spec": {**spec, "model": model_ref(path)},
+        **({"model_digest": digest} if digest is not None else {}),
+    }
+
+
 #: How a model folder inside the results store is named in a run's key: ``<runs>/`` and its path in the store
 #: (:func:`model_ref`), read back by :func:`fp8lab.specs.resolve_model` against this machine's :func:`runs_dir`.
 RUNS_PREFIX = "<runs>/"

@@ -195,24 +195,14 @@ class DecodeSpec:
         loads on another machine or checkout) and what that model is (``model_digest``), the protocol, and the vLLM
         and torch versions, engine-side code and this study's worker (another vLLM or an edited worker measures
         anew; :func:`fp8lab.results.run_versions`)."""
-        from fp8lab.results import model_digest, model_ref, run_versions
-        from fp8lab.specs import resolve_model
+        from fp8lab.results import study_descriptor
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
         if not self.replicated:  # the design before issue 35: its descriptor as it was
             for k in ("engines", "arms", "solo_gpu_memory_utilization", "solo_kv_cache_gib"):
                 d.pop(k)
-        path = resolve_model(self.model)
-        d["model"] = model_ref(path)
-        digest = model_digest(path, self.load_format)
-        return {
-            "study": STUDY,
-            "protocol": PROTOCOL,
-            **run_versions(("decode_worker.py",)),
-            "spec": d,
-            **({"model_digest": digest} if digest is not None else {}),
-        }
+        return study_descriptor(STUDY, PROTOCOL, d, self.model, self.load_format, ("decode_worker.py",))
 
 
 def margin(spec: DecodeSpec, batch: int, context: int) -> int:

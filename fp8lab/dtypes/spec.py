@@ -9,7 +9,7 @@ from typing import Any
 
 from fp8lab.errors import SpecError
 from fp8lab.kvformats import allowed_kv_dtypes, check_kv_dtype
-from fp8lab.specs import EngineSpec, check_bool, check_float, check_int, check_model_folder, resolve_model
+from fp8lab.specs import EngineSpec, check_bool, check_float, check_int, check_model_folder
 
 STUDY = "08_kv_dtype_matrix"
 PROTOCOL = 1
@@ -140,17 +140,8 @@ class MatrixSpec:
         (:func:`fp8lab.results.model_ref`) and the digest of the model's config and weights, never where the model
         lies; the protocol; the vLLM and torch versions, the engine-side code and this study's own worker
         (:func:`fp8lab.results.run_versions`, ``study_code``)."""
-        from fp8lab.results import model_digest, model_ref, run_versions
+        from fp8lab.results import study_descriptor
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
-        path = resolve_model(self.model)
-        d["model"] = model_ref(path)
-        digest = model_digest(path, "auto")
-        return {
-            "study": STUDY,
-            "protocol": PROTOCOL,
-            **run_versions(("dtypes/worker.py",)),
-            "spec": d,
-            **({"model_digest": digest} if digest is not None else {}),
-        }
+        return study_descriptor(STUDY, PROTOCOL, d, self.model, "auto", ("dtypes/worker.py",))

@@ -269,18 +269,8 @@ class PrefixSpec:
         """What determines the outcome (hashed to name the run): the spec with its model as given
         (:func:`fp8lab.results.model_ref`) and what that model is (``model_digest``), the protocol, and the vLLM and
         torch versions, engine-side code and this study's worker (:func:`fp8lab.results.run_versions`)."""
-        from fp8lab.results import model_digest, model_ref, run_versions
-        from fp8lab.specs import resolve_model
+        from fp8lab.results import study_descriptor
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
-        path = resolve_model(self.model)
-        d["model"] = model_ref(path)
-        digest = model_digest(path, self.load_format)
-        return {
-            "study": STUDY,
-            "protocol": PROTOCOL,
-            **run_versions(("prefix_worker.py",)),
-            "spec": d,
-            **({"model_digest": digest} if digest is not None else {}),
-        }
+        return study_descriptor(STUDY, PROTOCOL, d, self.model, self.load_format, ("prefix_worker.py",))
