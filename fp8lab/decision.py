@@ -343,6 +343,8 @@ def decide(out_dir: str | Path) -> Decision:
         )
     if not q.measured:
         keep.append("you cannot accept an unmeasured quality change on your model (not yet measured through the cache)")
+    else:
+        keep.append(f"you cannot accept the quality cost measured here ({q.text.split(': ', 1)[-1]})")
     return Decision(
         turn_on_if=" or ".join(on) or "not decidable from this report: no capacity or decode measurement",
         keep_auto_if="; or ".join(keep) or "the measured costs above matter to you",

@@ -403,8 +403,8 @@ def rule_prefix_gain(rep: Report) -> Finding:
     v = CONFIRMED if both else REFUTED
     text = "; ".join(
         f"{w} N={int(x.get('n_active') or 0)}: hit {100 * x['auto_hit_rate']:.1f}% -> {100 * x['fp8_hit_rate']:.1f}% "
-        f"({x['dhit_pp']:+.1f} pp [{x.get('dhit_pp_ci_low', math.nan):+.1f}, {x.get('dhit_pp_ci_high', math.nan):+.1f}]),"
-        f" throughput x{x.get('tput_ratio', math.nan):.2f}"
+        f"({x['dhit_pp']:+.1f} pp [{_num(x.get('dhit_pp_ci_low')):+.1f}, {_num(x.get('dhit_pp_ci_high')):+.1f}]),"
+        f" throughput x{_num(x.get('tput_ratio')):.2f}"
         for w, x in g.items()
     )
     return finding(
@@ -531,3 +531,8 @@ def rule_shared_baseline(ev: Evidence) -> Finding:
         "exact (an upper bound)",
         PHYSICS,
     )
+
+
+def _num(v: object) -> float:
+    """A recorded number, NaN where the summary holds none (a deterministic cell records no interval)."""
+    return float(v) if isinstance(v, (int, float)) else math.nan

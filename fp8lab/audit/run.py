@@ -93,8 +93,8 @@ def judge_run(
     rep: Report, prefix: str, rules: Mapping[str, str], n: Callable[[str], int | None] = lambda cid: None
 ) -> tuple[Any, ...]:
     """A study's verdicts on its own run: each claim of ``rules`` (claim id -> the name of its per-report rule in
-    :mod:`fp8lab.audit`) judged by the audit's rule on ``rep`` (a :class:`Report` holding that one run), as the audit
-    judges each report before it weighs the reports' settings, as :class:`fp8lab.study.Verdict` s; ``n(claim_id)``:
+    :mod:`fp8lab.audit`) judged by the audit's rule on ``rep`` (a :class:`Report` holding that one run) and capped where the run's setting
+    differs from the claim's (:func:`fp8lab.audit.scale.cap`), as the audit judges each report, as :class:`fp8lab.study.Verdict` s; ``n(claim_id)``:
     the count the verdict rests on (None when the rule could not test the claim). One rule per claim, so a study and
     the audit cannot disagree on the same numbers."""
     import fp8lab.audit as audit
@@ -103,7 +103,8 @@ def judge_run(
     by_id = {c.id: c for c in CLAIMS}
     out = []
     for cid, fn in rules.items():
-        f = safe(getattr(audit, fn), rep)
+        # capped as the audit caps it: a study page and the audit say one verdict per claim
+        f = audit.cap(by_id[cid], safe(getattr(audit, fn), rep))
         why = "; ".join(x for x in (f.measured, f.on_what) if x)
         text = by_id[cid].text
         out.append(

@@ -33,14 +33,19 @@ RECORD_COLUMNS = [
 def _resolve_model(path: str, store: Any) -> str | None:
     """Where a run's model config is here: the stored path when it exists, else the same path inside the
     results store the run came from (model folders a study wrote there, e.g. Study 02's scale sets), else the
-    same ``data/...`` path in this repository (runs record the absolute paths of the machine they ran on),
-    else ``None``."""
+    same ``data/...`` path in this repository (runs record the absolute paths of the machine they ran on), else
+    the model the name means here (:func:`fp8lab.specs.resolve_model`: a run key holds the real model by its folder
+    name, ``SmolLM2-135M-Instruct``), else ``None``."""
     from pathlib import Path
 
     from fp8lab.paths import REPO_ROOT
+    from fp8lab.specs import resolve_model
 
     if Path(path).exists():
         return path
+    named = resolve_model(path)
+    if named != path and (Path(named) / "config.json").is_file():
+        return named
     parts = Path(path).parts
     for base in (
         Path(store),

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fp8lab.audit.rules_longctx import block_size_finding
 from fp8lab.audit.scale import Finding, safe
 from fp8lab.errors import SpecError
 from fp8lab.longctx.run import LongCtxResult, run_study
@@ -177,8 +176,13 @@ class Results:
     @functools.cached_property
     def _block_size(self) -> Finding:
         """Claim 12a judged by the audit's rule (:func:`~fp8lab.audit.rules_longctx.block_size_finding`) on this
-        run's summary; ``not testable here`` naming what is missing (no sweep, no ramp fit)."""
-        return safe(block_size_finding, self._summary)
+        run's summary, capped as the audit caps it where this run's setting differs from the claim's
+        (:func:`fp8lab.audit.scale.cap`: one verdict per claim on every page); ``not testable here`` naming what is
+        missing (no sweep, no ramp fit)."""
+        import fp8lab.audit as audit
+
+        rep = audit.Report("run", Path("."), {NAME: self._summary})
+        return audit.cap(audit.CLAIMS_BY_ID["12a"], safe(audit.rule_block_size, rep))
 
     def _setting(self) -> str:
         p = self.spec

@@ -120,11 +120,18 @@ class Results:
         det = s.get("dhit_min_detectable_pp")
         line = verdict(s, self.base, self.other)[-1].replace("**", "")  # "Claim '...': <word> on this setting."
         evidence = s.get("claim_evidence")
+        said = VERDICT_WORDS[word]
+        if said in ("confirmed", "refuted"):  # capped as the audit caps it: one verdict per claim on every page
+            import fp8lab.audit as audit
+
+            f = audit.rule_prefix_hit_rate(audit.Report("run", Path("."), {NAME: s}))
+            if f.verdict == said:
+                said = audit.cap(audit.CLAIMS_BY_ID[CLAIM_ID], f).verdict
         return (
             Verdict(
                 claim_id=CLAIM_ID,
                 claim=CLAIM["text"],
-                verdict=VERDICT_WORDS[word],
+                verdict=said,  # type: ignore[arg-type]  # a word of the audit's scale
                 sentence=line + (f" {evidence}." if evidence else ""),
                 n=None if word == "not measured" else int(s["trials"]),
                 detectable=f"{det:.2f} pp of hit rate (detectable at 80% power, median over the cells that varied)"

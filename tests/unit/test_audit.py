@@ -820,7 +820,7 @@ COMMITTED_H200 = {
     "9": REFUTED,
     "10": INCONCLUSIVE,
     "11a": NOT_REPRODUCED,
-    "11b": NOT_TESTABLE,
+    "11b": NOT_REPRODUCED,  # 2026-12-03: Study 03 on the real model (prose top-3 0.83 < 0.85), capped: another model scale
     "12a": NOT_REPRODUCED,
     "12b": NOT_REPRODUCED,
     "13a": REFUTED,
@@ -847,7 +847,7 @@ COMMITTED_H200 = {
     "33": REFUTED,
     "34": REFUTED,
     "35": REFUTED,
-    "36": NOT_REPRODUCED,
+    "36": INCONCLUSIVE,  # 2026-12-03: judged on the real model (SmolLM2-135M) instead of the tiny one
     "37": NOT_TESTABLE,
     "38": NOT_TESTABLE,
     "39": REFUTED,

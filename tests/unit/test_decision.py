@@ -35,11 +35,13 @@ def test_h200_decision_from_the_records():
     assert "batch 32: 381 tokens [0, 907]" in it["crossover"].text and "-457" not in it["crossover"].text
     assert "chat at 64 conversations: +40.0 pp [+40.0, +40.1], n = 3" in it["prefix hits"].text
     assert it["fixed cost"].text.startswith("fixed cost per decode step at batch 1 (the fits' intercepts): +0.075 ms")
-    # quality: the H200 report's Study 03 ran the shipped tiny model, so a real model's quality is missing
-    assert not it["quality"].measured
-    assert it["quality"].text.startswith("quality: not yet measured through the cache on a real model")
+    # quality: the H200 report's Study 03 ran the real model (2026-12-03), scored through the cache
+    assert it["quality"].measured and it["quality"].link == "03_quality_token_match.html#verdict"
+    assert "quality through the cache on SmolLM2-135M-Instruct (ppl, fp8): +1.445 % [+1.121, +1.754], n = 64" in (
+        it["quality"].text
+    )
     assert "batch 1 beyond about 7,895 tokens" in d.turn_on_if and "short of KV memory" in d.keep_auto_if + d.turn_on_if
-    assert "unmeasured quality change" in d.keep_auto_if
+    assert "the quality cost measured here (+1.445 % [+1.121, +1.754], n = 64)" in d.keep_auto_if
 
 
 def test_missing_evidence_is_said(tmp_path):

@@ -22,7 +22,7 @@ H200 = REPO_ROOT / "reports" / "h200" / "records"
 def test_every_h200_engine_matches_the_formula():
     df = capacity.records_check([str(H200)])
     s = capacity.summarize_records(df, [str(H200)])
-    # 10 Study 01 engine runs (5 paired trials x auto/fp8, CUDA graphs), 4 Study 03 + 4 Study 02 engines (stored
+    # 10 Study 01 engine runs (5 paired trials x auto/fp8, CUDA graphs), 4 Study 03 (the real model) + 4 Study 02 engines (stored
     # under 03_quality), 6 Study 04 engines; fp8_e5m2 failed to start in vLLM 0.26.0 and stays a row with its error
     assert s["engines"] == 24 and s["compared"] == 23 and s["exact"] == 23 and s["max_abs_rel_error"] == 0.0
     assert s["devices"] == ["NVIDIA H200"]

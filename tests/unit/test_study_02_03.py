@@ -134,10 +134,12 @@ def _s02(means: dict[str, float], rel: float = 0.3, **extra) -> dict:
 @pytest.mark.parametrize(
     ("means", "word"),
     [
-        # 0.4% absolute, 30% relative (the H200's case): the old study rule, reading it relative, said refuted
-        ({"e4m3.tensor": 0.004, "e4m3.attn_head": 0.0038}, "confirmed"),
+        # 0.4% absolute, 30% relative (the H200's case): the old study rule, reading it relative, said refuted; an
+        # absolute 0.03 is vacuous where the scales themselves are about 0.014 (issue 35), so neither confirmed
+        ({"e4m3.tensor": 0.004, "e4m3.attn_head": 0.0038}, "inconclusive"),
         ({"e4m3.tensor": 0.01, "e4m3.attn_head": 0.3}, "inconclusive"),
-        ({"e4m3.tensor": 0.03, "e4m3.attn_head": 0.3}, "refuted"),  # the claim is "less than"
+        # the claim is "less than": refuted by the rule, then capped (a CPU test run is not the claim's setting)
+        ({"e4m3.tensor": 0.03, "e4m3.attn_head": 0.3}, "not reproduced here"),
     ],
 )
 def test_study_02_judges_claim_10_by_the_audits_rule(means, word):
@@ -145,7 +147,8 @@ def test_study_02_judges_claim_10_by_the_audits_rule(means, word):
     s = _s02(means)
     v10, _ = s02.judge(s, None, "data/models/fp8lab-tiny-qwen3", "CPU (test)", "0.32.0")
     rep = audit.Report("r", REPO_ROOT, {s02.NAME: s}, {}, {})
-    assert (v10.claim_id, v10.verdict) == ("10", word) == ("10", audit.rule_32_token_calibration(rep).verdict)
+    capped = audit.cap(audit.CLAIMS_BY_ID["10"], audit.rule_32_token_calibration(rep)).verdict
+    assert (v10.claim_id, v10.verdict) == ("10", word) == ("10", capped)
     assert v10.detectable == "exact (deterministic scales from recorded K/V)" and v10.n is None
     assert "30%" in v10.sentence and "CPU (test)" in v10.sentence  # the relative difference is shown beside it
 
@@ -155,7 +158,7 @@ def test_study_02_agrees_with_the_audit_on_the_committed_h200_run():
     got = {v.claim_id: v.verdict for v in s02.judge(s, None, "data/configs/qwen3-8b", "NVIDIA H200", "0.26.0")}
     rep = audit.Report("h200", H200_02.parent, {s02.NAME: s}, {}, {})
     assert got == {"10": audit.rule_32_token_calibration(rep).verdict, "14": audit.rule_dynamic_per_head(rep).verdict}
-    assert got["10"] == "confirmed"  # mean |difference| 0.0038 < 0.03, though 28-30% relative
+    assert got["10"] == "inconclusive"  # mean |difference| 0.0038 < 0.03, but the scales are below 0.03 themselves
 
 
 @pytest.mark.parametrize(

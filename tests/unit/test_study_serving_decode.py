@@ -158,7 +158,8 @@ def test_study_01_results_on_the_fake_paired_study(engine, tmp_path):  # noqa: F
     # the fake's capacity search: 31 -> 63 requests without preemption, x2.03
     assert v["4a"].verdict == "confirmed" and "31 -> 63 requests" in v["4a"].sentence
     # fp8's gaps are 0.8 x auto's: throughput rises, TPOT falls, where the claim has -7.9% and +21.4%
-    assert (v["5"].verdict, v["5"].n) == ("refuted", 3)
+    # refuted by the rule on this run, capped as the audit caps it (the claim's setting is not this run's)
+    assert (v["5"].verdict, v["5"].n) == ("not reproduced here", 3)
     assert v["5"].sentence.startswith("Claim 'On a 6:3:1 short/medium/long mix FP8 lowers throughput 7.9%")
     assert (v["8"].verdict, v["8"].n) == ("not testable here", None)  # no non-reading client in this plan
 
