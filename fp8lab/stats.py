@@ -94,6 +94,29 @@ def t_interval(values: Sequence[float], ci: float = 0.95) -> Interval:
     return Interval(m, m - h, m + h, n, ci)
 
 
+def welch_interval(x: Sequence[float], y: Sequence[float], ci: float = 0.95) -> Interval:
+    """``mean(x) - mean(y)`` of two independent samples with its Welch interval (Welch-Satterthwaite df, floored).
+
+    >>> w = welch_interval([1.0, 2.0, 3.0], [0.0, 1.0, 2.0]); (w.estimate, round(w.lo, 3), round(w.hi, 3), w.n)
+    (1.0, -1.267, 3.267, 6)
+    """
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    n = int(a.size + b.size)
+    if a.size == 0 or b.size == 0:
+        return Interval(math.nan, math.nan, math.nan, n, ci)
+    d = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return Interval(d, math.nan, math.nan, n, ci)
+    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return Interval(d, d, d, n, ci)
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    h = t_quantile(max(int(df), 1), ci) * se
+    return Interval(d, d - h, d + h, n, ci)
+
+
 def paired_ratio(a: Sequence[float], b: Sequence[float], ci: float = 0.95) -> Interval:
     """Geometric-mean ratio ``b / a`` over paired repetitions, with a t interval on ``log(b_i / a_i)``.
 

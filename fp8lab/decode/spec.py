@@ -188,7 +188,8 @@ class DecodeSpec:
         for k in ("kv_cache_gib", "solo_kv_cache_gib"):
             if k in kw and isinstance(kw[k], int):
                 kw[k] = float(kw[k])
-        return cls(**kw)
+        spec = cls(**kw)
+        return spec if spec.max_model_len is not None else fit_model_len(spec)
 
     def descriptor(self) -> dict[str, Any]:
         """What determines the outcome: the spec with its model as given (:func:`fp8lab.results.model_ref`, so a store
@@ -210,6 +211,20 @@ def margin(spec: DecodeSpec, batch: int, context: int) -> int:
     (``batch x context`` prompt tokens in chunks of the token budget less one decode token per sequence)."""
     per_step = max(spec.max_num_batched_tokens - batch, 1)
     return math.ceil(batch * context / per_step) + 4
+
+
+def fit_model_len(spec: DecodeSpec) -> DecodeSpec:
+    """``spec`` with ``max_model_len`` set to the longest sequence its grid asks for among those within the model's
+    ``max_position_embeddings`` (``MAX_MODEL_LEN: null``, as the gpu-quick profile gives it for any model: a 8K-position
+    model measures its contexts up to 8K, a 40K one up to the grid's top, and the engine never reserves a
+    128K-position model's full window); unchanged when the config cannot be read or nothing fits."""
+    try:
+        limit = kvmath.load_layout(spec.engine_spec(spec.kv_dtypes[0]).model).config.get("max_position_embeddings")
+    except Exception:  # noqa: BLE001 - the engine's own check names a model it cannot read
+        return spec
+    needs = [c + spec.decode_tokens + margin(spec, b, c) for b in spec.batches for c in spec.contexts]
+    fits = [n for n in needs if not limit or n <= limit]
+    return dataclasses.replace(spec, max_model_len=max(fits)) if fits else spec
 
 
 def plan(spec: DecodeSpec) -> Any:

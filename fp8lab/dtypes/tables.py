@@ -72,6 +72,17 @@ def _predicted(run: MatrixRun, r: dict[str, Any], block_size: int) -> dict[str, 
     }
 
 
+def _eager_note(r: dict[str, Any]) -> str | None:
+    """What an eager retry (:data:`fp8lab.dtypes.run.EAGER_RETRY`) says beside the row, else None."""
+    first = r.get("cuda_graph_refusal")
+    if not first:
+        return None
+    return (
+        f"refused with CUDA graphs ({first.get('cause')}: a vLLM engine bug), {r.get('status')} in eager mode; "
+        "its decode times are eager and not compared"
+    )
+
+
 def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
     """The matrix (pandas DataFrame), one row per matrix row in the spec's order."""
     import pandas as pd
@@ -95,6 +106,7 @@ def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
             "cause_class": classify(r.get("status", ""), r.get("cause") or "", r["kv_cache_dtype"], mla),
             "cause": r.get("cause"),
             "checked": r.get("checked") or ("engine start" if r.get("status") != "started" else None),
+            "eager_retry": _eager_note(r),
             "phase": r.get("phase") if r.get("status") == "crashed" else None,
             "attention_backend": _backend(r),
             "block_size": bs,
@@ -114,7 +126,7 @@ def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
             row["prefix_hit_equals_cold"] = bool(p["tokens_equal"])
             row["prefix_cached_tokens"] = p["cached_tokens"]
             row["prefix_pool_tokens"] = p["pool_tokens"]
-        for d in r.get("decode") or []:
+        for d in [] if r.get("eager") else r.get("decode") or []:  # an eager retry's steps are launch-bound
             if auto_steps.get(d["context"]):
                 row[f"decode_x@{d['context']}"] = d["step_s"] / auto_steps[d["context"]]
         if started and auto is not None and r.get("quality") and auto.get("quality"):
@@ -139,21 +151,41 @@ def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
 
 
 def decode(run: MatrixRun) -> Any:
-    """Decode step time per started row and context (median of the repetitions, each kept), ratio to ``auto``."""
+    """Decode step time per started row and context (median of the repetitions, each kept), geometric-mean ratio to
+    ``auto`` with a 95% interval over the repetitions (Welch on log step times: within one engine per dtype, so it does not carry
+    engine-to-engine variance; ``n_engines`` says so). An eager retry's rows are listed, their ratio left out."""
+    import numpy as np
     import pandas as pd
 
+    from fp8lab import stats
+
     auto = next((r for r in run.rows if r["label"] == "auto" and r.get("status") == "started"), None)
-    base = {d["context"]: d["step_s"] for d in (auto or {}).get("decode") or []}
+    base = {d["context"]: d for d in (auto or {}).get("decode") or []}
     rows = []
     for r in run.rows:
         for d in r.get("decode") or []:
+            b = None if r.get("eager") else base.get(d["context"])
+            ratio = lo = hi = None
+            if r is auto:
+                ratio = 1.0  # the baseline itself
+            elif b is not None:
+                x, y = np.asarray(d["reps_s"], float), np.asarray(b["reps_s"], float)
+                if np.all(x > 0) and np.all(y > 0):
+                    w = stats.welch_interval(np.log(x), np.log(y))
+                    ratio = float(np.exp(w.estimate))
+                    if np.isfinite(w.lo):
+                        lo, hi = float(np.exp(w.lo)), float(np.exp(w.hi))
             rows.append(
                 {
                     "label": r["label"],
                     "context": d["context"],
                     "step_ms": 1000 * d["step_s"],
                     "reps": len(d["reps_s"]),
-                    "vs_auto": d["step_s"] / base[d["context"]] if base.get(d["context"]) else None,
+                    "n_engines": 1,
+                    "mode": "eager" if r.get("eager") else "CUDA graphs" if not run.spec.enforce_eager else "eager",
+                    "vs_auto": ratio,
+                    "vs_auto_lo": lo,
+                    "vs_auto_hi": hi,
                 }
             )
     return pd.DataFrame(rows)

@@ -84,8 +84,17 @@ def test_gpu_quick_profile_runs_its_own_notebooks():
     p06 = resolved_parameters(paths[1], prof, {"MODEL": "data/configs/qwen3-8b"})
     assert p06["MODEL"] == "data/configs/qwen3-8b" and p06["ENFORCE_EAGER"] is False
     assert p06["GPU_MEMORY_UTILIZATION"] * 2 <= 0.9 and p06["BATCHES"] == [1, 8]
-    # 7 points: batch 1 at 4 contexts; batch 8 where 8 x context fits the prefill cap
-    points = [(b, c) for b in p06["BATCHES"] for c in p06["CONTEXTS"] if b * c <= p06["MAX_PREFILL_TOKENS"]]
-    assert len(points) == 7 and max(p06["CONTEXTS"]) < p06["MAX_MODEL_LEN"]
+    # MAX_MODEL_LEN null: the grid's longest sequence within the model's positions (decode.spec.fit_model_len)
+    from fp8lab.decode.spec import DecodeSpec, plan
+
+    assert p06["MAX_MODEL_LEN"] is None and p06["ENGINES"] == 1 and p06["ARMS"] == ["colocated"]
+    s8b = DecodeSpec.from_params(p06)
+    grid = plan(s8b)
+    # 10 points: batch 1 at all 6 contexts to 32K (40,960 positions); batch 8 to 6K (16 GiB of KV for 8 x 16K+ fails)
+    assert int(grid["measure"].sum()) == 10 and s8b.max_model_len == 32768 + 32 + 21  # batch 8's margin
+    p_l3 = resolved_parameters(paths[1], prof, {"MODEL": "data/configs/llama-3-8b"})  # 8,192 positions
+    s_l3 = DecodeSpec.from_params(p_l3)
+    kept = plan(s_l3).query("measure")
+    assert s_l3.max_model_len == 6144 + 32 + 8 and sorted(set(kept["context_len"])) == [1024, 2048, 4096, 6144]
     p03 = resolved_parameters(paths[2], prof, {})
     assert p03["KV_DTYPES"] == ["auto", "fp8"] and p03["ENGINE_ROUNDING"] == "rne"
