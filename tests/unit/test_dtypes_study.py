@@ -71,3 +71,48 @@ def test_doctor_answers_every_format_from_vllms_answer_without_a_stored_run(tmp_
         assert by["fp8"]["here"] == "refused" and by["fp8"]["cause_class"] == NOT_ON_DEVICE
     text = doctor.format_matrix(m)
     assert text.splitlines()[0].startswith("KV formats of vLLM ") and len(text.splitlines()) == 1 + len(m["rows"])
+
+
+def test_a_turboquant_refusal_of_the_cuda_graph_path_is_retried_eager_once():
+    """vLLM 0.26.0's V1 runner refuses every TurboQuant format at a CUDA-graph start ("Unknown TurboQuant cache dtype:
+    'auto'"): such a row is started again in eager mode, once; another refusal, an eager spec or a retried row is not."""
+    from fp8lab.dtypes.run import needs_eager_retry
+
+    graphs = MatrixSpec(model="data/models/fp8lab-tiny-qwen3", kv_dtypes=("auto",), enforce_eager=False)
+    eager = MatrixSpec(model="data/models/fp8lab-tiny-qwen3", kv_dtypes=("auto",), enforce_eager=True)
+    bug = {"status": "refused", "cause": "ValueError: Unknown TurboQuant cache dtype: 'auto'. Valid presets: ..."}
+    assert needs_eager_retry(graphs, bug)
+    assert not needs_eager_retry(eager, bug)
+    assert not needs_eager_retry(graphs, {**bug, "cuda_graph_refusal": {"cause": bug["cause"]}})
+    assert not needs_eager_retry(graphs, {"status": "refused", "cause": "RuntimeError: query and key must have ..."})
+    assert not needs_eager_retry(graphs, {"status": "started"})
+
+
+def test_decode_ratios_carry_an_interval_over_repetitions_and_leave_eager_rows_out(tmp_path):
+    """The decode table's ratio to auto is the geometric-mean ratio with a Welch interval on log step times; auto is
+    1 (its own baseline), an eager retry's steps get no ratio; n_engines says the interval is within one engine."""
+    import math
+
+    from fp8lab.dtypes.run import MatrixRun
+    from fp8lab.dtypes.tables import decode
+
+    spec = MatrixSpec(model="data/models/fp8lab-tiny-qwen3", kv_dtypes=("auto", "fp8"))
+    auto = {
+        "label": "auto",
+        "status": "started",
+        "decode": [{"context": 64, "step_s": 0.010, "reps_s": [0.0100, 0.0101, 0.0099]}],
+    }
+    fp8 = {
+        "label": "fp8",
+        "status": "started",
+        "decode": [{"context": 64, "step_s": 0.012, "reps_s": [0.0120, 0.0121, 0.0119]}],
+    }
+    tq = {**fp8, "label": "tq", "eager": True}
+    run = MatrixRun(tmp_path, {"spec": {**spec.__dict__}}, [auto, fp8, tq], True)
+    t = decode(run).set_index("label")
+    assert t.loc["auto", "vs_auto"] == 1.0 and math.isnan(t.loc["auto", "vs_auto_lo"])
+    geo = math.exp(sum(math.log(a / b) for a, b in zip([120, 121, 119], [100, 101, 99], strict=True)) / 3)
+    assert t.loc["fp8", "vs_auto"] == pytest.approx(geo, rel=1e-6)
+    assert t.loc["fp8", "vs_auto_lo"] < t.loc["fp8", "vs_auto"] < t.loc["fp8", "vs_auto_hi"]
+    assert t.loc["fp8", "vs_auto_lo"] > 1.0  # 20% slower, +-1% spread over 3 + 3 repetitions: resolved
+    assert math.isnan(t.loc["tq", "vs_auto"]) and t.loc["tq", "mode"] == "eager" and t.loc["fp8", "n_engines"] == 1
