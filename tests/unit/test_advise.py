@@ -87,3 +87,24 @@ def test_cli_prints_both_dtypes(capsys):
     assert "auto:" in out and "fp8:" in out and "decode step" in out
     with pytest.raises(SpecError):
         advise.parse_mix("x:1")
+
+
+def test_another_shape_is_predicted_through_its_weight_and_kv_bytes(tmp_path):
+    """validate_shape predicts another model's Study 06 points from the reference's fits alone: the reference's own
+    points come back within its fits' residuals; a model with a quarter of the KV bytes per token gets a quarter of
+    the per-token slope; a folder without a Study 06 summary is a clear error."""
+    own = advise.validate_shape(REF, REF, "qwen3-8b-128k")
+    full = [p for p in json.loads((REF / "06_decode_speed.summary.json").read_text())["points"] if p["full_batch"]]
+    assert len(own) == 2 * len(full) and max(abs(r["error_pct"]) for r in own) < 2.0
+    # the per-token slope: predicted(32K) - predicted(1K) scales with KV bytes per token (Llama-3-8B: 32 layers x 8
+    # KV heads x 128 vs Qwen3-8B: 36 layers, same heads): 32/36 of the reference's
+    ref = advise.load_reference(REF)
+    d_ref = advise.predict_step(ref, "auto", 1, 32768.0).ms - advise.predict_step(ref, "auto", 1, 1024.0).ms
+    k = kvmath.kv_bytes_per_token(REPO_ROOT / "data/configs/llama-3-8b", "auto")
+    d_l3 = (
+        advise.predict_step(ref, "auto", 1, 32768.0, None, k).ms
+        - advise.predict_step(ref, "auto", 1, 1024.0, None, k).ms
+    )
+    assert d_l3 / d_ref == pytest.approx(32 / 36, rel=1e-9)
+    with pytest.raises(SpecError, match="shape"):
+        advise.validate_shape(REF, tmp_path)
