@@ -165,6 +165,8 @@ def decode_step(out_dir: Path) -> Item:
     rows = _ratio_rows(out_dir)
     if not rows:
         return Item("decode step", "decode step change: not measured in this report", None, False)
+    replicated = bool(_summary(out_dir, DECODE).get("replicated"))
+    unit = " engine pairs" if replicated else ""
     parts = []
     for b in sorted({r["batch"] for r in rows}):
         rb = sorted(_sel(rows, batch=b), key=lambda r: r["context_len"])
@@ -172,20 +174,32 @@ def decode_step(out_dir: Path) -> Item:
             pct = [(r[k] - 1) * 100 for k in ("value", "ci_low", "ci_high")]
             parts.append(
                 f"batch {b}, {_n(r['context_len'])} tokens: {_signed(pct[0])}% "
-                f"[{_signed(pct[1])}, {_signed(pct[2])}], n = {r['n']}"
+                f"[{_signed(pct[1])}, {_signed(pct[2])}], n = {r['n']}{unit}"
             )
+    over = (
+        f"95% CI over fresh engines; {rows[0].get('setting') or 'decode step'}"
+        if replicated
+        else "95% CI of paired repetitions"
+    )
     return Item(
         "decode step",
-        "decode step time, fp8 vs auto (negative: faster; 95% CI of paired repetitions): " + "; ".join(parts),
+        f"decode step time, fp8 vs auto (negative: faster; {over}): " + "; ".join(parts),
         _page(out_dir, DECODE),
     )
+
+
+def _primary(s: Mapping[str, Any], items: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Study 06's fits or crossovers of the arm its headline reads (a replicated run has two arms), else all."""
+    arm = s.get("primary_arm")
+    return [x for x in items if x.get("arm") in (None, arm)] if arm else items
 
 
 def crossovers(out_dir: Path) -> tuple[Item, dict[int, tuple[float, float, float, str]]]:
     """Where fp8's step becomes the faster one, per batch (Study 06's fits), with its interval clamped at 0."""
     s = _summary(out_dir, DECODE)
     found: dict[int, tuple[float, float, float, str]] = {}
-    for c in s.get("crossovers") or []:
+    cross = _primary(s, s.get("crossovers") or [])
+    for c in cross:
         if c.get("context_len") is None or not math.isfinite(float(c["context_len"])):
             continue
         lo, hi = c.get("ci_low"), c.get("ci_high")
@@ -197,12 +211,17 @@ def crossovers(out_dir: Path) -> tuple[Item, dict[int, tuple[float, float, float
         )
     if not found:
         return Item("crossover", "crossover context: not measured in this report", None, False), found
-    n = {int(c["batch"]): c.get("n_points") for c in s.get("crossovers") or []}
+    n = {
+        int(c["batch"]): f"{c['n_engines']} engine pairs over {c.get('n_points')} contexts"
+        if c.get("n_engines")
+        else f"{c.get('n_points')} contexts"
+        for c in cross
+    }
     parts = [
         f"batch {b}: {_n(v[0])} tokens "
         + (f"[{_n(v[1])}, {_n(v[2])}]" if math.isfinite(v[1]) else "(no interval: too few points)")
         + (" (below the shortest context measured)" if v[3] == "below_grid" else "")
-        + f", n = {n.get(b)} contexts"
+        + f", n = {n.get(b)}"
         for b, v in sorted(found.items())
     ]
     return (
@@ -296,10 +315,21 @@ def quality(out_dir: Path) -> Item:
 
 def fixed_cost(out_dir: Path) -> Item:
     """The fixed per-step cost at short context: fp8's intercept minus auto's (Study 06's fits at batch 1)."""
-    fits = {(f["kv_dtype"], f["batch"]): f for f in _summary(out_dir, DECODE).get("fits") or []}
+    s = _summary(out_dir, DECODE)
+    fits = {(f["kv_dtype"], f["batch"]): f for f in _primary(s, s.get("fits") or [])}
     a, f = fits.get(("auto", 1)), fits.get(("fp8", 1))
     if not (a and f):
         return Item("fixed cost", "fixed per-step cost: not measured in this report", None, False)
+    diff = fits.get(("fp8-auto", 1))
+    if diff and diff.get("n_engines"):  # a replicated run: the paired difference's own fit, its interval over engines
+        d, lo, hi = (1000 * diff[k] for k in ("a_ms", "a_ms_ci_low", "a_ms_ci_high"))
+        return Item(
+            "fixed cost",
+            f"fixed cost per decode step at batch 1 (the fits' intercepts, fp8 minus auto): {_signed(d, 0)} µs "
+            f"[{_signed(lo, 0)}, {_signed(hi, 0)}] on {_n(a['a_ms'], 2)} ms, n = {diff['n_engines']} engine pairs over "
+            f"{diff['n_points']} contexts (interval over engines)",
+            _page(out_dir, DECODE),
+        )
     d = f["a_ms"] - a["a_ms"]
     half = math.hypot(f["a_ms_ci_high"] - f["a_ms"], a["a_ms_ci_high"] - a["a_ms"])
     return Item(

@@ -259,13 +259,40 @@ def run_notebook(
     return entry
 
 
-def previous_summary(out_dir: Path, profile_name: str) -> dict[str, Any]:
-    """``out_dir/summary.json`` when an earlier run of the same profile wrote it, else ``{}``."""
+def read_index(out_dir: Path) -> dict[str, Any]:
+    """``out_dir/summary.json`` with each notebook's summary read back from its ``<stem>.summary.json``
+    (``summary_file``: the index does not repeat what that file holds); ``{}`` when there is none."""
     try:
-        prev = json.loads((out_dir / "summary.json").read_text())
+        index = json.loads((Path(out_dir) / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
-    return prev if isinstance(prev, dict) and prev.get("profile") == profile_name else {}
+    if not isinstance(index, dict):
+        return {}
+    for e in (index.get("notebooks") or {}).values():
+        f = Path(out_dir) / str(e.get("summary_file") or "")
+        if "summary" not in e and e.get("summary_file") and f.is_file():
+            e["summary"] = json.loads(f.read_text())
+    return index
+
+
+def _slim_index(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` as written to disk: an entry whose ``<stem>.summary.json`` holds its summary names that file
+    (``summary_file``) instead of repeating it (the audit's alone is 100 KB)."""
+    notebooks = {}
+    for name, e in summary["notebooks"].items():
+        f = Path(out_dir) / f"{name}.summary.json"
+        try:
+            same = e.get("summary") is not None and json.loads(f.read_text()) == _clean(e["summary"])
+        except (OSError, ValueError):
+            same = False
+        notebooks[name] = {**{k: v for k, v in e.items() if k != "summary"}, "summary_file": f.name} if same else e
+    return {**summary, "notebooks": notebooks}
+
+
+def previous_summary(out_dir: Path, profile_name: str) -> dict[str, Any]:
+    """``out_dir/summary.json`` (:func:`read_index`) when an earlier run of the same profile wrote it, else ``{}``."""
+    prev = read_index(out_dir)
+    return prev if prev.get("profile") == profile_name else {}
 
 
 def previous_entries(out_dir: Path, profile_name: str) -> dict[str, dict[str, Any]]:
@@ -346,7 +373,7 @@ def _write_summary(
         "notebooks": dict(sorted(merged.items())),
         "ran_now": {e["notebook"]: {"status": e["status"], "error": e["error"]} for e in entries},  # this call's
     }
-    (out_dir / "summary.json").write_text(json.dumps(_clean(summary), sort_keys=True))
+    (out_dir / "summary.json").write_text(json.dumps(_clean(_slim_index(out_dir, summary)), sort_keys=True))
     write_index(out_dir, summary)
     return summary
 

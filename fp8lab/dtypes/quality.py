@@ -94,6 +94,10 @@ def through_cache(auto: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dic
     ca, cb = flat("cache_logprobs", 0), flat("cache_logprobs", 1)
     pa, pb = ppl(ca), ppl(cb)
     oa, ob = ppl(flat("prompt_logprobs", 0)), ppl(flat("prompt_logprobs", 1))
+    # the one-pass twin only where both sides kept it (a slimmed store drops it: reported as not measured)
+    twin = len(flat("prompt_logprobs", 0)) == len(flat("prompt_logprobs", 1)) > 0
+    if not twin:
+        oa = ob = None
     agree = [x == y for a, b in pairs for x, y in zip(a["cache_top1"][1:], b["cache_top1"][1:], strict=False)]
     firsts = []
     for a, b in pairs:
@@ -101,9 +105,13 @@ def through_cache(auto: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dic
         firsts.append(next((i for i in range(min(len(ga), len(gb))) if ga[i] != gb[i]), min(len(ga), len(gb))))
     nan = float("nan")
     seen = cache_check([nan if x is None else x for x in ca], [nan if x is None else x for x in cb])
-    seen1 = cache_check(
-        [nan if x is None else x for x in flat("prompt_logprobs", 0)],
-        [nan if x is None else x for x in flat("prompt_logprobs", 1)],
+    seen1 = (
+        cache_check(
+            [nan if x is None else x for x in flat("prompt_logprobs", 0)],
+            [nan if x is None else x for x in flat("prompt_logprobs", 1)],
+        )
+        if twin
+        else {"frac_differ": None}
     )
     return {
         "ppl_auto": pa,

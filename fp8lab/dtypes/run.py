@@ -9,12 +9,16 @@ rule says this device has no kernel for it (:func:`fp8lab.capability.kv_support`
 other row starts an engine; a refusal at start, a crash during the measurement, a worker that dies or times out is
 recorded with its root cause and the next row goes on.
 
-One refusal is a known engine bug with a way round it: vLLM 0.26.0's V1 model runner, sizing a minimal KV cache for
-its CUDA-graph memory profiling, asks for the cache dtype of a layer whose ``kv_quant_mode`` is NONE as ``"auto"``, and
-TurboQuant's attention spec keeps that mode, so every TurboQuant format fails at start with "Unknown TurboQuant cache
-dtype: 'auto'" (fixed upstream for the V2 runner only, vllm#47609). Such a row is started again in eager mode
-(:data:`EAGER_RETRY`): the row keeps the first refusal (``cuda_graph_refusal``) and the eager start's capacity, scales
-and quality; its decode step times are eager (launch-bound) and are not compared with the CUDA-graph rows.
+One refusal is a known engine bug with a way round it. fp8lab's forced decode (the quality scored through the cache)
+is a custom logits processor, which vLLM 0.26.0's Model Runner V2 does not take, so vLLM falls back to the V1 runner
+("Model Runner V2 does not yet support custom logits processors"). The V1 runner asks for the cache dtype of a layer
+whose ``kv_quant_mode`` is NONE as ``"auto"``, and TurboQuant's attention spec keeps that mode, so every TurboQuant
+format fails at start with "Unknown TurboQuant cache dtype: 'auto'" (vllm#47609 fixed the V2 runner only). Such a row
+(:data:`V1_RUNNER_BUG`, class "engine bug") is started once more without the logits processor
+(:func:`needs_retry`): the V2 runner, capacity, scales, prefix check and decode, no forced quality; the row keeps the
+first refusal (``v1_refusal``), and its decode times (another runner) are listed, not compared. Rows of an earlier
+retry in eager mode (``cuda_graph_refusal``; on the H200 on 2026-12-03 the eager start was refused the same way, which
+is how the runner was found) are retried so too.
 """
 
 from __future__ import annotations
@@ -34,35 +38,43 @@ from fp8lab.specs import spec_hash
 
 #: Root-cause classes (the study's words).
 NOT_ON_DEVICE, NOT_FOR_MODEL, ENGINE_BUG = "not on this device", "not for this model", "engine bug"
+_NO_CAUSE = "Engine core initialization failed. See root cause above. Failed core proc(s): {}"
 _MODEL_RE = re.compile(r"MLA|head.?size|head_dim|sliding|not support(ed)? (for|by) (this|the) model|architecture", re.I)
 
 
-#: Refusal messages of a vLLM bug that only the CUDA-graph start path hits: the row is retried with enforce_eager.
-EAGER_RETRY = ("Unknown TurboQuant cache dtype: 'auto'",)
+#: Refusal messages of vLLM 0.26.0's V1-runner bug with TurboQuant: the row is retried without the logits processor.
+V1_RUNNER_BUG = ("Unknown TurboQuant cache dtype: 'auto'",)
+#: What a retry without fp8lab's logits processor leaves out of ``measure``.
+RETRY_SKIPS = ("quality",)
 
 
-def needs_eager_retry(spec: MatrixSpec, rec: dict[str, Any]) -> bool:
-    """A refused row whose cause is an :data:`EAGER_RETRY` bug, not yet retried, in a CUDA-graph spec."""
+def needs_retry(rec: dict[str, Any]) -> bool:
+    """A refused row whose cause is a :data:`V1_RUNNER_BUG`, not yet retried without the logits processor."""
     return (
-        not spec.enforce_eager
-        and rec.get("status") == "refused"
-        and "cuda_graph_refusal" not in rec
-        and any(m in str(rec.get("cause") or "") for m in EAGER_RETRY)
+        rec.get("status") == "refused"
+        and "v1_refusal" not in rec
+        and any(m in str(rec.get("cause") or "") for m in V1_RUNNER_BUG)
     )
 
 
 def classify(status: str, cause: str, kv_dtype: str, model_is_mla: bool) -> str | None:
-    """The root-cause class of a row: None when it started and ran; a crash after a start is an engine bug; a
+    """The root-cause class of a row: None when it started and ran; a crash after a start, or a refusal by a known
+    vLLM bug (:data:`V1_RUNNER_BUG`), or an engine core that died at start with no message, is an engine bug; a
     refusal is "not for this model" when the format is for another attention kind (an MLA-only format on a non-MLA
     model) or vLLM's message names the model's shape (MLA, head size, sliding window), else "not on this device"."""
     if status == "started":
         return None
-    if status == "crashed":
+    if status == "crashed" or any(m in (cause or "") for m in V1_RUNNER_BUG):
         return ENGINE_BUG
     fmt = FORMATS.get(kv_dtype)
     if fmt is not None and fmt.mla_only != model_is_mla and fmt.mla_only:
         return NOT_FOR_MODEL
-    return NOT_FOR_MODEL if _MODEL_RE.search(cause or "") else NOT_ON_DEVICE
+    if _NO_CAUSE in (cause or ""):  # the engine core died at start without a message: not a refusal vLLM explains
+        return ENGINE_BUG
+    # vLLM's "No valid attention backend found ... AttentionSelectorConfig(head_size=..., ...)" dumps the model's shape
+    # with every refusal: only the words outside that dump say whether the model is the reason
+    text = re.sub(r"AttentionSelectorConfig\([^)]*\)?", "", cause or "")
+    return NOT_FOR_MODEL if _MODEL_RE.search(text) else NOT_ON_DEVICE
 
 
 @dataclass
@@ -142,16 +154,16 @@ def precheck(spec: MatrixSpec, row: dict[str, Any], info: dict[str, Any] | None)
     return None
 
 
-def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path, eager: bool = False) -> None:
+def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path, without_forcing: bool = False) -> None:
     from fp8lab.dtypes import worker
     from fp8lab.engine import _kill_group, _reap_descendants, root_cause, worker_context
 
     log = rd / "logs" / f"{row['label']}.log"
     log.parent.mkdir(exist_ok=True)
     payload = {**row, "engine": spec.engine_spec(row["kv_cache_dtype"]).to_dict()}
-    if eager:
-        payload["engine"]["enforce_eager"] = True
     spec_d = json.loads(json.dumps(dataclasses.asdict(spec), default=str))
+    if without_forcing:  # the worker adds the logits processor only when it scores quality
+        spec_d["measure"] = [m for m in spec_d["measure"] if m not in RETRY_SKIPS]
     t0 = time.perf_counter()
     proc = worker_context().Process(
         target=worker.entry, name="fp8lab-dtypes", args=(str(log), {}, spec_d, payload, str(rd))
@@ -205,12 +217,11 @@ def run_matrix(spec: MatrixSpec, root: Path | None = None, force: bool = False) 
                 continue
             _run_row(spec, row, rd)
         first = json.loads(out.read_text())
-        if needs_eager_retry(spec, first):
-            _run_row(spec, row, rd, eager=True)
+        if needs_retry(first):
+            _run_row(spec, row, rd, without_forcing=True)
             rec = json.loads(out.read_text())
-            rec.update(
-                cuda_graph_refusal={k: first.get(k) for k in ("status", "cause", "failure", "wall_s")}, eager=True
-            )
+            keep = ("status", "cause", "failure", "wall_s", "cuda_graph_refusal")
+            rec.update(v1_refusal={k: first[k] for k in keep if k in first}, without_forcing=True)
             out.write_text(json.dumps(rec, default=str))
     run = load(rd)
     if len(run.rows) == len(spec.rows()):

@@ -72,15 +72,22 @@ def _predicted(run: MatrixRun, r: dict[str, Any], block_size: int) -> dict[str, 
     }
 
 
-def _eager_note(r: dict[str, Any]) -> str | None:
-    """What an eager retry (:data:`fp8lab.dtypes.run.EAGER_RETRY`) says beside the row, else None."""
-    first = r.get("cuda_graph_refusal")
+def _retry_note(r: dict[str, Any]) -> str | None:
+    """What a retry without fp8lab's logits processor (:data:`fp8lab.dtypes.run.V1_RUNNER_BUG`) says beside the row."""
+    first = r.get("v1_refusal") or r.get("cuda_graph_refusal")
     if not first:
         return None
-    return (
-        f"refused with CUDA graphs ({first.get('cause')}: a vLLM engine bug), {r.get('status')} in eager mode; "
-        "its decode times are eager and not compared"
-    )
+    if r.get("without_forcing"):
+        return (
+            "refused on vLLM's V1 runner (a vLLM bug with TurboQuant; fp8lab's forcing logits processor selects that "
+            f"runner), {r.get('status')} without it (V2 runner): no quality scored, decode times not compared"
+        )
+    return "refused on vLLM's V1 runner (a vLLM bug with TurboQuant), in eager mode too"
+
+
+def _compared(r: dict[str, Any]) -> bool:
+    """Whether the row's decode times compare with auto's (not a retry on another runner or in eager mode)."""
+    return not (r.get("without_forcing") or r.get("eager"))
 
 
 def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
@@ -106,7 +113,7 @@ def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
             "cause_class": classify(r.get("status", ""), r.get("cause") or "", r["kv_cache_dtype"], mla),
             "cause": r.get("cause"),
             "checked": r.get("checked") or ("engine start" if r.get("status") != "started" else None),
-            "eager_retry": _eager_note(r),
+            "retry": _retry_note(r),
             "phase": r.get("phase") if r.get("status") == "crashed" else None,
             "attention_backend": _backend(r),
             "block_size": bs,
@@ -126,7 +133,7 @@ def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
             row["prefix_hit_equals_cold"] = bool(p["tokens_equal"])
             row["prefix_cached_tokens"] = p["cached_tokens"]
             row["prefix_pool_tokens"] = p["pool_tokens"]
-        for d in [] if r.get("eager") else r.get("decode") or []:  # an eager retry's steps are launch-bound
+        for d in r.get("decode") or [] if _compared(r) else []:  # a retry's steps ran on another runner
             if auto_steps.get(d["context"]):
                 row[f"decode_x@{d['context']}"] = d["step_s"] / auto_steps[d["context"]]
         if started and auto is not None and r.get("quality") and auto.get("quality"):
@@ -153,7 +160,7 @@ def matrix(run: MatrixRun, scorer: str | None = None) -> Any:
 def decode(run: MatrixRun) -> Any:
     """Decode step time per started row and context (median of the repetitions, each kept), geometric-mean ratio to
     ``auto`` with a 95% interval over the repetitions (Welch on log step times: within one engine per dtype, so it does not carry
-    engine-to-engine variance; ``n_engines`` says so). An eager retry's rows are listed, their ratio left out."""
+    engine-to-engine variance; ``n_engines`` says so). A retry's rows (another runner) are listed, their ratio left out."""
     import numpy as np
     import pandas as pd
 
@@ -164,7 +171,7 @@ def decode(run: MatrixRun) -> Any:
     rows = []
     for r in run.rows:
         for d in r.get("decode") or []:
-            b = None if r.get("eager") else base.get(d["context"])
+            b = base.get(d["context"]) if _compared(r) else None
             ratio = lo = hi = None
             if r is auto:
                 ratio = 1.0  # the baseline itself
@@ -182,7 +189,8 @@ def decode(run: MatrixRun) -> Any:
                     "step_ms": 1000 * d["step_s"],
                     "reps": len(d["reps_s"]),
                     "n_engines": 1,
-                    "mode": "eager" if r.get("eager") else "CUDA graphs" if not run.spec.enforce_eager else "eager",
+                    "mode": ("eager" if run.spec.enforce_eager or r.get("eager") else "CUDA graphs")
+                    + (", V2 runner" if r.get("without_forcing") else ""),
                     "vs_auto": ratio,
                     "vs_auto_lo": lo,
                     "vs_auto_hi": hi,

@@ -12,7 +12,7 @@ from fp8lab.cli import main
 from fp8lab.errors import SpecError
 from fp8lab.paths import REPO_ROOT
 
-REF = REPO_ROOT / "reports" / "h200"
+REF = REPO_ROOT / "reports" / "h200" / "decode-2026-11"  # Study 06 of 2026-11-30: batches 1, 8, 32 to 128K
 
 
 def _point(b, c):

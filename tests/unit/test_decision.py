@@ -30,17 +30,25 @@ def test_h200_decision_from_the_records():
         in it["throughput at saturation"].text
     )
     assert "at 32,768 tokens per request: 5 → 10 requests" in it["concurrency"].text
-    assert "batch 1, 1,024 tokens: +1.2% [+0.9, +1.6], n = 5" in it["decode step"].text
-    # the crossover's interval is clamped at 0 tokens (Study 06's batch-32 interval reaches below zero)
-    assert "batch 32: 381 tokens [0, 907]" in it["crossover"].text and "-457" not in it["crossover"].text
+    # Study 06 replicated at the engine level (2026-12-03): the one-engine-at-a-time arm, intervals over 3 engine pairs
+    step = it["decode step"].text
+    assert "95% CI over fresh engines; decode step, CUDA graphs, one engine at a time, 3 engines per dtype" in step
+    assert "batch 1, 4,096 tokens: +1.5% [+1.0, +2.0], n = 3 engine pairs" in step
+    assert "batch 1: 10,187 tokens [8,677, 11,127], n = 3 engine pairs over 9 contexts" in it["crossover"].text
     assert "chat at 64 conversations: +40.0 pp [+40.0, +40.1], n = 3" in it["prefix hits"].text
-    assert it["fixed cost"].text.startswith("fixed cost per decode step at batch 1 (the fits' intercepts): +0.075 ms")
+    assert it["fixed cost"].text.startswith(
+        "fixed cost per decode step at batch 1 (the fits' intercepts, fp8 minus auto): +117 µs [+76, +158] on 5.22 ms, "
+        "n = 3 engine pairs over 9 contexts (interval over engines)"
+    )
+    # the crossover's interval is clamped at 0 tokens (the 2026-11 run's batch-32 interval reaches below zero)
+    old, _ = decision.crossovers(H200 / "decode-2026-11")
+    assert "batch 32: 381 tokens [0, 907]" in old.text and "-457" not in old.text
     # quality: the H200 report's Study 03 ran the real model (2026-12-03), scored through the cache
     assert it["quality"].measured and it["quality"].link == "03_quality_token_match.html#verdict"
     assert "quality through the cache on SmolLM2-135M-Instruct (ppl, fp8): +1.445 % [+1.121, +1.754], n = 64" in (
         it["quality"].text
     )
-    assert "batch 1 beyond about 7,895 tokens" in d.turn_on_if and "short of KV memory" in d.keep_auto_if + d.turn_on_if
+    assert "batch 1 beyond about 10,187 tokens" in d.turn_on_if and "short of KV memory" in d.keep_auto_if + d.turn_on_if
     assert "the quality cost measured here (+1.445 % [+1.121, +1.754], n = 64)" in d.keep_auto_if
 
 

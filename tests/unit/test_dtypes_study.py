@@ -73,24 +73,30 @@ def test_doctor_answers_every_format_from_vllms_answer_without_a_stored_run(tmp_
     assert text.splitlines()[0].startswith("KV formats of vLLM ") and len(text.splitlines()) == 1 + len(m["rows"])
 
 
-def test_a_turboquant_refusal_of_the_cuda_graph_path_is_retried_eager_once():
-    """vLLM 0.26.0's V1 runner refuses every TurboQuant format at a CUDA-graph start ("Unknown TurboQuant cache dtype:
-    'auto'"): such a row is started again in eager mode, once; another refusal, an eager spec or a retried row is not."""
-    from fp8lab.dtypes.run import needs_eager_retry
+def test_a_turboquant_refusal_of_the_v1_runner_is_retried_without_the_logits_processor_once():
+    """vLLM 0.26.0's V1 runner (which fp8lab's forcing logits processor selects) refuses every TurboQuant format at
+    start ("Unknown TurboQuant cache dtype: 'auto'"): such a row is started once more without the processor, also
+    after an earlier eager retry; another refusal, a started row or a row already retried so is not; it is an engine
+    bug."""
+    from fp8lab.dtypes.run import needs_retry
 
-    graphs = MatrixSpec(model="data/models/fp8lab-tiny-qwen3", kv_dtypes=("auto",), enforce_eager=False)
-    eager = MatrixSpec(model="data/models/fp8lab-tiny-qwen3", kv_dtypes=("auto",), enforce_eager=True)
     bug = {"status": "refused", "cause": "ValueError: Unknown TurboQuant cache dtype: 'auto'. Valid presets: ..."}
-    assert needs_eager_retry(graphs, bug)
-    assert not needs_eager_retry(eager, bug)
-    assert not needs_eager_retry(graphs, {**bug, "cuda_graph_refusal": {"cause": bug["cause"]}})
-    assert not needs_eager_retry(graphs, {"status": "refused", "cause": "RuntimeError: query and key must have ..."})
-    assert not needs_eager_retry(graphs, {"status": "started"})
+    assert needs_retry(bug) and needs_retry({**bug, "cuda_graph_refusal": {"cause": bug["cause"]}, "eager": True})
+    assert not needs_retry({**bug, "v1_refusal": {"cause": bug["cause"]}})
+    assert not needs_retry({"status": "refused", "cause": "RuntimeError: query and key must have the same dtype"})
+    assert not needs_retry({"status": "started"})
+    assert classify("refused", bug["cause"], "turboquant_k8v4", False) == ENGINE_BUG
+    # the H200's refusals (2026-12-03): a backend refusal's dump of the model's shape does not make it the model's
+    sel = "ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=64, dtype=x)"
+    assert classify("refused", sel, "nvfp4", False) == NOT_ON_DEVICE
+    assert classify("refused", sel.replace("nvfp4", "fp8_ds_mla"), "fp8_ds_mla", False) == NOT_FOR_MODEL
+    died = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+    assert classify("refused", died, "int4_per_token_head", False) == ENGINE_BUG
 
 
-def test_decode_ratios_carry_an_interval_over_repetitions_and_leave_eager_rows_out(tmp_path):
+def test_decode_ratios_carry_an_interval_over_repetitions_and_leave_retried_rows_out(tmp_path):
     """The decode table's ratio to auto is the geometric-mean ratio with a Welch interval on log step times; auto is
-    1 (its own baseline), an eager retry's steps get no ratio; n_engines says the interval is within one engine."""
+    1 (its own baseline), a retry's steps (another runner) get no ratio; n_engines says the interval is within one engine."""
     import math
 
     from fp8lab.dtypes.run import MatrixRun
@@ -107,7 +113,7 @@ def test_decode_ratios_carry_an_interval_over_repetitions_and_leave_eager_rows_o
         "status": "started",
         "decode": [{"context": 64, "step_s": 0.012, "reps_s": [0.0120, 0.0121, 0.0119]}],
     }
-    tq = {**fp8, "label": "tq", "eager": True}
+    tq = {**fp8, "label": "tq", "without_forcing": True, "v1_refusal": {"cause": "x"}}
     run = MatrixRun(tmp_path, {"spec": {**spec.__dict__}}, [auto, fp8, tq], True)
     t = decode(run).set_index("label")
     assert t.loc["auto", "vs_auto"] == 1.0 and math.isnan(t.loc["auto", "vs_auto_lo"])
@@ -115,4 +121,8 @@ def test_decode_ratios_carry_an_interval_over_repetitions_and_leave_eager_rows_o
     assert t.loc["fp8", "vs_auto"] == pytest.approx(geo, rel=1e-6)
     assert t.loc["fp8", "vs_auto_lo"] < t.loc["fp8", "vs_auto"] < t.loc["fp8", "vs_auto_hi"]
     assert t.loc["fp8", "vs_auto_lo"] > 1.0  # 20% slower, +-1% spread over 3 + 3 repetitions: resolved
-    assert math.isnan(t.loc["tq", "vs_auto"]) and t.loc["tq", "mode"] == "eager" and t.loc["fp8", "n_engines"] == 1
+    assert (
+        math.isnan(t.loc["tq", "vs_auto"])
+        and t.loc["tq", "mode"] == "eager, V2 runner"
+        and t.loc["fp8", "n_engines"] == 1
+    )
