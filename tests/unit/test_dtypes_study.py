@@ -126,3 +126,21 @@ def test_decode_ratios_carry_an_interval_over_repetitions_and_leave_retried_rows
         and t.loc["tq", "mode"] == "eager, V2 runner"
         and t.loc["fp8", "n_engines"] == 1
     )
+
+
+def test_the_prefix_verdict_is_inconclusive_when_auto_itself_differs():
+    """On the H200's FLASH_ATTN (2026-12-03) auto's own prefix hit differed from its cold prompt: a format that differs
+    too is then no evidence of a defect; where auto matches, a differing format refutes the claim."""
+    import pandas as pd
+
+    from fp8lab.dtypes.verdict import verdict
+
+    def table(auto_ok, fp8_ok):
+        return pd.DataFrame(
+            {"label": ["auto", "fp8"], "status": ["started"] * 2, "blocks_exact": [True, True],
+             "prefix_hit_equals_cold": [auto_ok, fp8_ok]}
+        )  # fmt: skip
+
+    assert verdict(table(False, True), "H200")[1].verdict == "inconclusive"
+    assert verdict(table(True, False), "H200")[1].verdict == "refuted"
+    assert verdict(table(True, True), "H200")[1].verdict == "confirmed"
