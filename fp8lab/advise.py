@@ -195,7 +195,7 @@ def predict_step(
 
 
 def _n(x: float, d: int = 0) -> str:
-    from fp8lab.readable import fmt_number
+    from fp8lab.report.readable import fmt_number
 
     return fmt_number(x, d)
 

@@ -9,7 +9,7 @@ evaluator has no per-task branch) is four steps::
     spec = s07.Spec.from_params(globals())  # 1. the notebook's UPPER_CASE parameters, validated: SpecError first
     res = s07.run(spec)                     # 2. measure, or load from the results store (store=None: runs/)
     res.tables()                            # 3. every table of the run, by name
-    res.summary()                           #    the flat dict the notebook records (fp8lab.report.record_summary)
+    res.summary()                           #    the flat dict the notebook records (fp8lab.report.run.record_summary)
     res.verdict()                           # 4. one typed Verdict per claim the study judges
 
 A study is a module (by convention ``fp8lab/<study>/study.py``) with four members, :class:`Study`: ``NAME`` (its
@@ -103,7 +103,7 @@ class Results(Protocol):
         ...
 
     def summary(self) -> dict[str, Any]:
-        """The flat dict of key numbers the notebook records (:func:`fp8lab.report.record_summary`), JSON-able."""
+        """The flat dict of key numbers the notebook records (:func:`fp8lab.report.run.record_summary`), JSON-able."""
         ...
 
     def verdict(self) -> tuple[Verdict, ...]:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from fp8lab import decode, report
+from fp8lab import decode
+from fp8lab.report import run as report
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_decode_speed.ipynb"
 

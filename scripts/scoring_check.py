@@ -31,12 +31,12 @@ def _vector(res, phase: str) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    from fp8lab import fp8emu
-    from fp8lab.capability import kv_support
-    from fp8lab.devices import cpu_layout
+    from fp8lab.engine import fp8emu
+    from fp8lab.engine.capability import kv_support
+    from fp8lab.engine.devices import cpu_layout
+    from fp8lab.engine.results import run_cached
     from fp8lab.paths import TINY_MODEL_DIR
     from fp8lab.quality import ppl_windows
-    from fp8lab.results import run_cached
     from fp8lab.scoring import cache_check, forced_request, one_pass_request
     from fp8lab.specs import EngineSpec, Phase
 

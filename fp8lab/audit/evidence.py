@@ -162,7 +162,7 @@ def study_setting(rep: Report, prefix: str) -> Setting:
     s = rep.summaries.get(stem, {}) if stem else {}
     e = ((rep.index.get("notebooks") or {}).get(stem) or {}) if stem else {}
     ran, params = e.get("ran_on") or {}, e.get("parameters") or {}
-    # the engine runs the notebook showed (their own provenance, fp8lab.results.note_run) before where the notebook
+    # the engine runs the notebook showed (their own provenance, fp8lab.engine.results.note_run) before where the notebook
     # itself executed: a report re-rendered from a committed store on a CPU still shows the H200's runs
     runs = e.get("runs") or {}
     run_device = runs["devices"][0] if len(runs.get("devices") or []) == 1 else None

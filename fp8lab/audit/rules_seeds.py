@@ -212,7 +212,7 @@ def _vllm_source(rel: str) -> str | None:
 def rule_software_fallback(ev: Evidence) -> Finding:
     """Introspection of the installed vLLM: where a device has no FP8 KV kernel (the CPU build without AVX-512 or
     AMX), does vLLM fall back to emulating it? Its CPU attention backend raising NotImplementedError for FP8 KV
-    there contradicts "falls back" (fp8lab's own emulation, fp8lab.fp8emu, exists because vLLM has none). "Must be
+    there contradicts "falls back" (fp8lab's own emulation, fp8lab.engine.fp8emu, exists because vLLM has none). "Must be
     slower" needs a GPU without FP8 Tensor Cores (an A100), which no study ran: untested."""
     src = _vllm_source(CPU_ATTN_FILE)
     if src is None:

@@ -259,8 +259,8 @@ def capture_path(
 ) -> Path:
     """``<runs>/02_calibration/captures/<hash>.npz``: the hash covers the model, every token id, the batch size,
     the device and the dtype (what the capture computes from), not the machine or checkout it ran on (the model as
-    :func:`fp8lab.results.model_id` names it: its path from the repository root and a digest of its files)."""
-    from fp8lab.results import model_id
+    :func:`fp8lab.engine.results.model_id` names it: its path from the repository root and a digest of its files)."""
+    from fp8lab.engine.results import model_id
 
     h = spec_hash(model_id(resolve_model(model_path)), [list(map(int, x)) for x in seqs], batch_size, device, dtype)
     return (root or runs_dir()) / STUDY / "captures" / f"{h}.npz"

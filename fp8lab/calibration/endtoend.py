@@ -13,7 +13,7 @@ import numpy as np
 
 from fp8lab.calibration.scales import ScaleSet
 
-EMULATED_SUFFIX = " (emulated)"  # fp8lab.fp8emu.emulated_label
+EMULATED_SUFFIX = " (emulated)"  # fp8lab.engine.fp8emu.emulated_label
 
 
 def _fp8_base(qs: Any) -> str | None:
@@ -53,7 +53,7 @@ def run_dynamic(runs: Any, study: str = "03_quality") -> tuple[Any, dict[str, An
     import dataclasses
 
     from fp8lab import quality as q
-    from fp8lab.results import run_cached
+    from fp8lab.engine.results import run_cached
 
     cfg = q.KVConfig(DYNAMIC_LABEL, runs.spec.model, "fp8")
     res = run_cached(runs.spec.engine_spec(cfg).replace(calculate_kv_scales=True), quality_phases(runs), study=study)

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fp8lab.longctx.documents import passkey_correct
 from fp8lab.longctx.phases import quality_documents
 from fp8lab.longctx.ramp import _stats
 from fp8lab.longctx.run import EMULATED_ROLE, LongCtxResult
 from fp8lab.longctx.spec import BASELINE
-from fp8lab.longdocs import passkey_correct
 from fp8lab.specs import SpecError
 
 

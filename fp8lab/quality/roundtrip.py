@@ -218,7 +218,7 @@ def engine_roundtrip(
     (``fp8``/``fp8_e4m3`` -> e4m3, ``fp8_e5m2`` -> e5m2), the engine's ``rounding`` and its scale
     (1.0 without a scale set: vLLM's default; a scale set's own scales otherwise); with
     ``quantize_q`` (Hopper FA3) also Q's round trip at scale 1.0 (vLLM's uncalibrated q_scale)."""
-    from fp8lab.fp8emu import configured_label
+    from fp8lab.engine.fp8emu import configured_label
     from fp8lab.fp8formats import KV_DTYPE_FORMAT
 
     rows = []

@@ -30,7 +30,7 @@ class QualityRuns:
     windows: list[tuple[int, ...]] = field(default_factory=list)
     task: list[CopyItem] = field(default_factory=list)
     phases: list[Phase] = field(default_factory=list)  # what every measured config ran (add configs with these)
-    notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.capability)
+    notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.engine.capability)
 
     @property
     def ok_labels(self) -> list[str]:
@@ -63,7 +63,7 @@ class QualityRuns:
                     "num_blocks": e.get("num_blocks"),
                     "cached": bool(res.extra.get("cached")),
                     "run_dir": str(res.run_dir),
-                    # an emulated run's engine had an auto cache holding FP8-rounded K/V (fp8lab.fp8emu)
+                    # an emulated run's engine had an auto cache holding FP8-rounded K/V (fp8lab.engine.fp8emu)
                     "fp8_emulation": res.extra.get("emulated"),
                 }
             )
@@ -75,7 +75,7 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
 
     A failing candidate config is kept with its status and reason; a failing baseline raises.
     """
-    from fp8lab.results import run_cached
+    from fp8lab.engine.results import run_cached
 
     def log(msg: str) -> None:
         if progress:
@@ -103,8 +103,8 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
         raise RuntimeError(f"the baseline (auto) failed: {ref.status}: {ref.error}")
     conts = {t: _ids(ids) for t, ids in zip(ref.records.tag, ref.records.output_token_ids, strict=True)}
     phases = study_phases(spec, prompts, conts, windows, task)
-    from fp8lab import fp8emu
-    from fp8lab.capability import emulation_note, kv_support
+    from fp8lab.engine import fp8emu
+    from fp8lab.engine.capability import emulation_note, kv_support
 
     results = {}
     ran, emulated, reasons = [], [], []

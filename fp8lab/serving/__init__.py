@@ -1,7 +1,7 @@
 """The serving study: does FP8 KV cache change throughput and latency, beyond noise?
 
 One :class:`ServingPlan` describes the whole A/B study, a paired design: :func:`run_study` starts ONE
-engine per kv dtype, each in its own process (:mod:`fp8lab.serving_worker`), and keeps both alive for
+engine per kv dtype, each in its own process (:mod:`fp8lab.serving.worker`), and keeps both alive for
 the whole study; their phases are interleaved in time, phase by phase and trial by trial, A B / B A
 (:func:`paired_schedule`), so drift of the machine hits both alike. Each phase goes through vLLM's
 ``AsyncLLM`` with streaming (every token is timestamped by the client):
@@ -16,7 +16,7 @@ the whole study; their phases are interleaved in time, phase by phase and trial 
    ``capacity_shape`` at once, for a ladder of ``N`` around the KV formula's prediction, to find the
    largest concurrency that runs without preemption.
 
-Runs go through :func:`fp8lab.results.run_cached` (a finished run is loaded, not repeated; a failed one
+Runs go through :func:`fp8lab.engine.results.run_cached` (a finished run is loaded, not repeated; a failed one
 is kept with its reason). The analysis functions turn a :class:`ServingResult` into tidy tables for
 the notebook: capacity, throughput vs concurrency, per-class latency percentiles, the fp8-vs-baseline
 deltas paired per trial with t intervals, the noise floor of each config against itself and the "beyond

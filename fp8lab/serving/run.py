@@ -73,12 +73,12 @@ def run_study(
     """Run (or load) the paired study: one engine per kv dtype, both alive at once, phases interleaved by
     :func:`paired_schedule` (:func:`_run_paired`), and collect the tidy frames.
 
-    ``runner`` replaces :func:`fp8lab.results.run_cached` for the capacity probe of an engine without a fixed
+    ``runner`` replaces :func:`fp8lab.engine.results.run_cached` for the capacity probe of an engine without a fixed
     KV budget, ``engine_factory`` the engine processes (see :func:`_run_paired`). A failed engine stays in ``engines`` with its status and error; the analyses use the engines
     that ran.
     """
     if runner is None:
-        from fp8lab.results import run_cached as runner
+        from fp8lab.engine.results import run_cached as runner
     t0 = time.perf_counter()
     blocks = _block_info(plan, study, runner)
     conc = resolve_concurrency(plan, blocks)

@@ -1,6 +1,6 @@
 """Study 01 on the study contract (:mod:`fp8lab.study`): :class:`Spec` (:class:`~fp8lab.serving.spec.ServingSpec`),
 :func:`run` -> :class:`Results`, a thin adapter over :func:`~fp8lab.serving.run.run_study`, the memory bandwidth
-(:func:`fp8lab.bandwidth.resolve_bandwidth`), the fidelity check (:func:`~fp8lab.serving.fidelity.fidelity_check`)
+(:func:`fp8lab.engine.bandwidth.resolve_bandwidth`), the fidelity check (:func:`~fp8lab.serving.fidelity.fidelity_check`)
 and the existing tables, summary and verdict functions (it computes nothing of its own)::
 
     from fp8lab.serving import study as s01
@@ -61,7 +61,7 @@ Spec = ServingSpec
 @dataclass
 class Results:
     """A Study 01 run (``result``, a :class:`~fp8lab.serving.run.ServingResult`), the spec it measured, the
-    bandwidth the roofline used (``bandwidth``: :func:`fp8lab.bandwidth.resolve_bandwidth`'s dict, None when the
+    bandwidth the roofline used (``bandwidth``: :func:`fp8lab.engine.bandwidth.resolve_bandwidth`'s dict, None when the
     study did not run for every dtype) and the fidelity check's result (None when not asked for or not reached);
     every table, the summary and the verdicts computed once, on first use."""
 
@@ -177,7 +177,7 @@ def run(
     fake engine); then, once every dtype has an engine that ran, the bandwidth of the roofline and, when
     ``spec.run_fidelity``, the fidelity check (its runs kept under ``<store>/fidelity``, so a check cut short
     resumes). A failed engine stays in the result (:func:`~fp8lab.serving.tables.require_ok` names it)."""
-    from fp8lab.bandwidth import resolve_bandwidth
+    from fp8lab.engine.bandwidth import resolve_bandwidth
     from fp8lab.paths import runs_dir
 
     plan = spec.plan

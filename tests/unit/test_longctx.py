@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from fp8lab import longctx as lc
-from fp8lab import longdocs
-from fp8lab.engine import EngineResult
+from fp8lab.engine.run import EngineResult
+from fp8lab.longctx import documents as longdocs
 from fp8lab.paths import TINY_MODEL_DIR
 from fp8lab.specs import SpecError
 

@@ -340,7 +340,7 @@ def test_engine_roundtrip_picks_the_engines_rows():
 
 
 def test_engine_roundtrip_names_emulated_configs_as_they_ran():
-    """An emulated config (fp8lab.fp8emu) rounds K and V as its native twin would: the rows carry the emulated
+    """An emulated config (fp8lab.engine.fp8emu) rounds K and V as its native twin would: the rows carry the emulated
     label (never plain "fp8") and a scale set's own scales, found through the configured label."""
     rt = pd.DataFrame(
         [

@@ -9,7 +9,8 @@ import tarfile
 import pandas as pd
 import pytest
 
-from fp8lab import results, serving
+from fp8lab import serving
+from fp8lab.engine import results
 from fp8lab.paths import REPO_ROOT
 
 SHIPPED = REPO_ROOT / "reports" / "h200" / "shipped" / "records" / "01_kv_dtype_auto_vs_fp8.tar.gz"
@@ -229,7 +230,7 @@ def test_paired_schedule_alternates_by_phase_and_trial():
 
 
 def _run(d, trial, **facts):
-    from fp8lab.engine import EngineResult
+    from fp8lab.engine.run import EngineResult
 
     return {
         "kv_dtype": d,

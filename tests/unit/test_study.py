@@ -25,7 +25,7 @@ from fp8lab.errors import SpecError
 from fp8lab.longctx import study as s04
 from fp8lab.paths import NOTEBOOKS_DIR
 from fp8lab.prefix import study as s07
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.report.run import load_profile, resolved_parameters
 from fp8lab.specs import spec_hash
 
 
@@ -168,7 +168,7 @@ def test_study_04_spec_from_the_profile_is_the_plan_the_notebook_built():
     ],
 )
 def test_a_bad_parameter_is_a_spec_error_naming_the_field(name, bad, spec_name, field, monkeypatch):
-    from fp8lab import results
+    from fp8lab.engine import results
 
     def no_engine(*a, **k):
         raise AssertionError("an engine was asked for")
@@ -231,7 +231,7 @@ def _store_07(root, fp8_ok: bool = True) -> px.PrefixSpec:
 
 
 def test_study_07_results_from_a_stored_run(tmp_path, monkeypatch):
-    from fp8lab import results
+    from fp8lab.engine import results
 
     monkeypatch.setenv(results.STORE_ONLY_ENV, "1")  # never start a worker: what is not in the store is an error
     spec = _store_07(tmp_path)

@@ -16,7 +16,7 @@ from fp8lab.calibration import study as s02
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
 from fp8lab.quality import study as s03
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.report.run import load_profile, resolved_parameters
 
 MISSING = object()  # a parameter left out
 

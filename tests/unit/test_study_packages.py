@@ -16,7 +16,7 @@ import pytest
 
 from fp8lab.paths import REPO_ROOT
 
-#: The public names notebooks, tests, scripts, fp8lab/prefix_worker.py and the audit use, or that the former modules
+#: The public names notebooks, tests, scripts, fp8lab/prefix/worker.py and the audit use, or that the former modules
 #: defined (fp8lab/capacity.py, fp8lab/longctx.py and fp8lab/prefix.py before the split).
 PUBLIC = {
     "capacity": """COLUMNS NOT_RUN RECORD_COLUMNS capacity_check check_record_roots records_check records_markdown

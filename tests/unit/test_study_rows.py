@@ -15,12 +15,13 @@ import re
 import pytest
 from test_kvmath import TINY, _fake_engine
 
-from fp8lab import results, study
+from fp8lab import study
 from fp8lab import summary_table as st
 from fp8lab.capacity import study as s00
+from fp8lab.engine import results
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
-from fp8lab.report import _clean, load_profile, resolved_parameters
+from fp8lab.report.run import _clean, load_profile, resolved_parameters
 
 H200 = REPO_ROOT / "reports" / "h200"
 

@@ -18,7 +18,7 @@ from fp8lab import audit, decode, serving, study
 from fp8lab.decode import study as s06
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, TINY_MODEL_DIR
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.report.run import load_profile, resolved_parameters
 from fp8lab.serving import study as s01
 from fp8lab.specs import spec_hash
 
@@ -207,7 +207,7 @@ def _store_06(root) -> s06.DecodeStudySpec:
 
 
 def test_study_06_results_from_a_stored_run(tmp_path, monkeypatch):
-    from fp8lab import results
+    from fp8lab.engine import results
 
     monkeypatch.setenv(results.STORE_ONLY_ENV, "1")  # never start a worker: what is not in the store is an error
     spec = _store_06(tmp_path)

@@ -2,7 +2,7 @@
 then one block per study with its key numbers, :func:`key_numbers`: by field from the study's typed rows where the
 folder has them, else from its flat summary, and the provenance of its engine runs,
 :func:`runs_provenance`) and :func:`compare_summaries` (one notebook's key numbers from several report folders side
-by side). Split out of :mod:`fp8lab.report` (issue 16), which re-exports every name here (``report.write_index``)."""
+by side). Split out of :mod:`fp8lab.report.run` (issue 16), which re-exports every name here (``report.write_index``)."""
 
 from __future__ import annotations
 
@@ -608,7 +608,7 @@ def _runs_line(e: dict[str, Any]) -> str:
 def _title(out_dir: Path, stem: str) -> str:
     import nbformat
 
-    from fp8lab.htmlexport import notebook_title
+    from fp8lab.report.htmlexport import notebook_title
 
     for p in (out_dir / f"{stem}.ipynb", NOTEBOOKS_DIR / f"{stem}.ipynb"):
         try:
@@ -639,9 +639,9 @@ def headline_html(summary: dict[str, Any]) -> str:
 
 
 def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
-    """``index.html``: the decision box (:func:`fp8lab.decision.decision_html`), the headline, the claims audit's table, then one short block per study (its key numbers,
+    """``index.html``: the decision box (:func:`fp8lab.report.decision.decision_html`), the headline, the claims audit's table, then one short block per study (its key numbers,
     rounded, with units; a link to its verdict; the device and vLLM of the runs it shows)."""
-    from fp8lab.decision import decision_html
+    from fp8lab.report.decision import decision_html
 
     out_dir = Path(out_dir)
     audit, blocks = "", []
@@ -660,7 +660,7 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
                 f"<p class='failed'>Shown: the last good result; a later rerun failed and was not kept{fl}: "
                 f"{html.escape(str(fail.get('error')))}</p>"
             )
-        if s.get("not_measured"):  # no native FP8 kernel here (fp8lab.capability)
+        if s.get("not_measured"):  # no native FP8 kernel here (fp8lab.engine.capability)
             err += f"<p class='failed'>{html.escape(str(s['not_measured']))}</p>"
         where = e.get("ran_on") or {}
         dirty = " with uncommitted changes" if where.get("fp8lab_dirty") else ""
@@ -714,10 +714,10 @@ rendered {html.escape(str(summary.get("created_utc", "")))} by fp8lab {html.esca
 all numbers: <a href="summary.json">summary.json</a>.</small></p>
 {"".join(blocks)}
 </body></html>"""
-    from fp8lab.readable import tidy_page
+    from fp8lab.report.readable import tidy_page
 
     path = out_dir / "index.html"
-    path.write_text(tidy_page(page), encoding="utf-8")  # the reader's format (fp8lab.readable)
+    path.write_text(tidy_page(page), encoding="utf-8")  # the reader's format (fp8lab.report.readable)
     return path
 
 

@@ -1,6 +1,6 @@
 """The code that runs inside the isolated worker process: build one vLLM engine, run its phases.
 
-Only :mod:`fp8lab.engine` calls :func:`worker_main`, in a freshly spawned process whose stdout and
+Only :mod:`fp8lab.engine.run` calls :func:`worker_main`, in a freshly spawned process whose stdout and
 stderr go to the run's ``worker.log`` (the engine's own child processes inherit them, so the root
 cause of a failed start lands there too). Results are written to ``result.pkl`` after engine start
 and again after every phase, so a run that dies keeps whatever it had measured.
@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from fp8lab import devices
+from fp8lab.engine import devices
 
 
 def _write(path: Path, payload: dict[str, Any]) -> None:
@@ -469,7 +469,7 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
 
-            from fp8lab.engine import core_from_forkserver
+            from fp8lab.engine.run import core_from_forkserver
 
             res["engine"]["engine_core_start"] = core_from_forkserver()
             engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
@@ -543,7 +543,7 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
 def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
     """Kill this worker's process group (the engine and its children) once ``parent`` is gone: a caller killed
     by SIGKILL cannot clean up, and an orphaned engine would hold memory and devices until it finished. ``parent``
-    is the process that started this worker (:func:`fp8lab.engine.caller_pid`): this process's parent when it was
+    is the process that started this worker (:func:`fp8lab.engine.run.caller_pid`): this process's parent when it was
     spawned, else the caller of a forkserver (which may be shared and outlive it), watched through a pidfd."""
     pidfd: int | None = None
     if parent != os.getppid():
@@ -587,7 +587,7 @@ def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
 def prepare_worker(log_path: str, env: dict[str, Any]) -> None:
     """First steps of every spawned engine worker, before vLLM is imported: this process's (and its children's)
     stdout/stderr go to ``log_path``; the spec's ``kv_cache_gib`` is the one KV budget (``VLLM_CPU_KVCACHE_SPACE``
-    dropped); :func:`fp8lab.devices.engine_env` (vLLM's process layout on a CPU), then ``env`` on top."""
+    dropped); :func:`fp8lab.engine.devices.engine_env` (vLLM's process layout on a CPU), then ``env`` on top."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -603,7 +603,7 @@ def entry(
     """Spawn target: :func:`prepare_worker`, then one engine runs every phase."""
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # so the caller can kill the whole engine tree by process group
-        from fp8lab.engine import caller_pid
+        from fp8lab.engine.run import caller_pid
 
         _die_with_parent(caller_pid())
     prepare_worker(log_path, options.get("env", {}))

@@ -53,7 +53,7 @@ class Decision:
 
 
 def _n(x: float, d: int = 0) -> str:
-    from fp8lab.readable import fmt_number
+    from fp8lab.report.readable import fmt_number
 
     return fmt_number(x, d)
 
@@ -64,7 +64,7 @@ def _signed(x: float, d: int = 1) -> str:
 
 
 def _rows(out_dir: Path, stem: str) -> list[dict[str, Any]]:
-    from fp8lab.report_index import StudyRowsError, study_rows
+    from fp8lab.report.index import StudyRowsError, study_rows
 
     try:
         return study_rows(out_dir, stem) or []

@@ -1,4 +1,4 @@
-"""What a study does on a device without the native FP8 KV kernel (:mod:`fp8lab.capability`).
+"""What a study does on a device without the native FP8 KV kernel (:mod:`fp8lab.engine.capability`).
 
 Studies whose question is the speed or the measured capacity of an FP8 KV cache (01 serving, 06 decode)
 cannot be answered by emulation (an emulated cache is bf16-sized and the rounding costs time). There the
@@ -7,7 +7,7 @@ then one cell that says in one sentence what was not measured and why, prints ``
 gives the KV capacity the formula predicts for each dtype (marked ``predicted``, never measured) and
 records that as the notebook's summary. Nothing is started that is bound to fail, and the notebook is
 ``ok``. The numerical studies (02, 03, 04) run their FP8 configurations emulated instead
-(:mod:`fp8lab.fp8emu`); 00 records its FP8 engine check as ``unsupported`` beside the formula.
+(:mod:`fp8lab.engine.fp8emu`); 00 records its FP8 engine check as ``unsupported`` beside the formula.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _dtypes(params: dict[str, Any]) -> list[str]:
 
 def gate(notebook: str | Path, params: dict[str, Any]) -> str | None:
     """The one sentence saying what ``notebook`` will not measure here and why, or None when it runs in full."""
-    from fp8lab.capability import kv_support
+    from fp8lab.engine.capability import kv_support
     from fp8lab.specs import resolve_model
 
     num = Path(notebook).name[:2]
@@ -81,7 +81,7 @@ def predicted_capacity(model: str, dtypes: list[str], kv_cache_gib: float | None
 def summary(notebook: str, params: dict[str, Any]) -> dict[str, Any]:
     """The summary a reduced notebook records: ``not_measured`` (the sentence), ``<dtype>.status``
     (``unsupported`` or ``not run``), ``<dtype>.predicted_*`` and the capability report."""
-    from fp8lab.capability import kv_support, report
+    from fp8lab.engine.capability import kv_support, report
     from fp8lab.specs import resolve_model
 
     model = resolve_model(str(params.get("MODEL", "")))
@@ -99,11 +99,15 @@ def summary(notebook: str, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_CELL = """# Added by fp8lab.degrade: this device has no native FP8 KV kernel, so the study's engines were not started.
+_CELL = """# Added by fp8lab.report.degrade: this device has no native FP8 KV kernel, so the study's engines were not started.
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import capability, degrade, report
+from fp8lab.engine import capability
+
+from fp8lab.report import degrade
+
+from fp8lab.report import run as report
 
 _params = {k: v for k, v in globals().items() if k.isupper()}
 NOT_MEASURED = degrade.summary({stem!r}, _params)
@@ -130,7 +134,7 @@ def notebook_for(notebook: Path, params: dict[str, Any], work_dir: Path) -> Path
             break
     keep.append(
         nbformat.v4.new_markdown_cell(
-            # the page's verdict (fp8lab.htmlexport opens the page with it, anchored #verdict, as the index links it)
+            # the page's verdict (fp8lab.report.htmlexport opens the page with it, anchored #verdict, as the index links it)
             "## Verdict: not measured on this device\n\nThis device has no native FP8 KV kernel (`fp8lab doctor` says "
             "why). The rest of this study measures engines with an FP8 cache, so it was not run: no claim of this study "
             "is judged here; the sentence below says what is missing, and the table gives the formula's capacities "

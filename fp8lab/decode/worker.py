@@ -1,7 +1,7 @@
 """Inside the decode study's spawned worker: start the engine sets of the plan, time decode steps, append rows.
 
 Only :mod:`fp8lab.decode` starts this, in a fresh ``spawn`` process whose stdout/stderr go to the run's
-worker log. The plan lists engine sets in start order (:mod:`fp8lab.engine_schedule`: fresh engines per dtype,
+worker log. The plan lists engine sets in start order (:mod:`fp8lab.decode.schedule`: fresh engines per dtype,
 ABBA, a co-located arm and a one-engine-at-a-time arm); the engines of a set are alive at once and the dtypes
 alternate within each repetition (AB, BA, AB, ...), so drift in the machine hits both alike. Every row names its
 engine (``arm``, ``round``, ``engine``, ``engine_uid``: the analysis averages within an engine first).
@@ -76,8 +76,8 @@ def _measure(llm: Any, prompts: list[list[int]], n: int, margin: int) -> dict[st
 
 
 def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from fp8lab import devices
-    from fp8lab.engine_worker import _engine_kwargs
+    from fp8lab.engine import devices
+    from fp8lab.engine.worker import _engine_kwargs
 
     before = log_path.stat().st_size if log_path.exists() else 0
     facts: dict[str, Any] = {"kv_cache_dtype_requested": spec["kv_cache_dtype"]}
@@ -183,13 +183,13 @@ def _set_estimate(took: dict[int, float], n: int) -> float | None:
 
 def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir: str, log_path: str) -> None:
     """Run the plan's engine sets (``plan["sets"]``: ``{arm, round, configs}`` in start order, every config's engine
-    alive together; :mod:`fp8lab.engine_schedule`), each engine measuring every point ``reps`` times; ``specs``:
+    alive together; :mod:`fp8lab.decode.schedule`), each engine measuring every point ``reps`` times; ``specs``:
     ``{arm: {kv_dtype: engine spec}}``. Never raises: failures land in ``engines.json``.
 
     Before a set starts, the time the last set of as many engines took is checked against ``FP8LAB_DEADLINE``: a
     set that would not finish is left for the next call (``deferred`` in ``engines.json``), so a run cut into
     device calls loses no half-measured engine set."""
-    from fp8lab import devices
+    from fp8lab.engine import devices
 
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # the caller kills the whole tree (engine cores, workers) by process group
@@ -299,8 +299,8 @@ def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir:
 def entry(
     log_path: str, env: dict[str, str], specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir: str
 ) -> None:
-    """Spawn target: :func:`fp8lab.engine_worker.prepare_worker` (log, environment), then the worker."""
-    from fp8lab.engine_worker import prepare_worker
+    """Spawn target: :func:`fp8lab.engine.worker.prepare_worker` (log, environment), then the worker."""
+    from fp8lab.engine.worker import prepare_worker
 
     prepare_worker(log_path, env)
     worker_main(specs, plan, out_dir, log_path)

@@ -8,7 +8,7 @@ unsupported dtype, invalid argument, timeout, crash) comes back as an :class:`En
 goes on with its next configuration. Bad specs never reach this point: they fail in the spec.
 
 At about 680 lines this module is above the package's 600-line guide on purpose: it is engine-side code whose bytes
-are part of every stored run's cache key (:data:`fp8lab.results.ENGINE_CODE_FILES`), so every edit makes every
+are part of every stored run's cache key (:data:`fp8lab.engine.results.ENGINE_CODE_FILES`), so every edit makes every
 cached run measure anew; it is split together with a change to what the engines run, not on its own.
 """
 
@@ -275,7 +275,7 @@ def _kill_group(pid: int, wait_s: float = 10.0) -> None:
         except (ProcessLookupError, PermissionError, OSError):
             return
         time.sleep(0.5 if sig == signal.SIGTERM else 0)
-    from fp8lab.devices import _group_members
+    from fp8lab.engine.devices import _group_members
 
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(_alive(p) for p in _group_members(pid)):
@@ -343,10 +343,10 @@ def _killed_cause(signum: int, oom_kills_before: int | None) -> tuple[Status, st
 #: What the CPU forkserver imports once, before it forks any engine worker: the worker modules and vLLM's engine
 #: entry points (the rest of an import that ``spawn`` repeats for every engine).
 FORKSERVER_PRELOAD = (
-    "fp8lab.engine_worker",
-    "fp8lab.serving_worker",
-    "fp8lab.decode_worker",
-    "fp8lab.prefix_worker",
+    "fp8lab.engine.worker",
+    "fp8lab.serving.worker",
+    "fp8lab.decode.worker",
+    "fp8lab.prefix.worker",
     "vllm",
     "vllm.entrypoints.llm",
     "vllm.v1.engine.async_llm",
@@ -361,13 +361,13 @@ def worker_context() -> Any:
     On a CPU (no NVIDIA device): a forkserver that has imported vLLM once (:data:`FORKSERVER_PRELOAD`), so each
     worker after the first is forked ready instead of importing vLLM again (about 10 s of a CPU engine start on 2
     cores). Each worker is still its own process, killed with its whole group when its run ends; it sets its
-    environment (:func:`fp8lab.engine_worker.prepare_worker`) before it builds an engine, and vLLM reads its
+    environment (:func:`fp8lab.engine.worker.prepare_worker`) before it builds an engine, and vLLM reads its
     variables when an engine is built, not when it is imported. On a GPU, with ``$FP8LAB_VLLM_PROCESSES`` set, or
     in a process that already runs a forkserver started for something else (without vLLM preloaded): ``spawn``,
     a fresh interpreter per worker (vllm-notes section 5: nothing of CUDA may be inherited, and
     ``CUDA_VISIBLE_DEVICES`` must be set before torch is imported).
     """
-    from fp8lab import devices
+    from fp8lab.engine import devices
 
     if devices.cpu_layout():
         from multiprocessing import forkserver
@@ -489,7 +489,7 @@ class _EnvironmentProcess(mp.get_context("forkserver").Process if hasattr(os, "f
 
 def _output_file() -> str | None:
     """The file this process's stdout writes to (a worker's ``worker.log``,
-    :func:`fp8lab.engine_worker.prepare_worker`), or None when it is not a regular file (a terminal, a pipe) or
+    :func:`fp8lab.engine.worker.prepare_worker`), or None when it is not a regular file (a terminal, a pipe) or
     cannot be read (no ``/proc``)."""
     try:
         path = os.readlink("/proc/self/fd/1")
@@ -543,13 +543,13 @@ def core_from_forkserver() -> str:
     ``AsyncLLM``'s engine core from the same forkserver, ready (vLLM imported) instead of spawned (vLLM's CPU platform
     forces ``spawn``: a fresh interpreter importing vLLM again, about 10-20 s of each start on 2 cores). The core
     takes the worker's environment, joins its process group and writes to its log (:func:`_in_environment`), so it is
-    killed with the worker, :class:`fp8lab.devices.MemoryProbe` counts it and a failure's root cause is recorded.
+    killed with the worker, :class:`fp8lab.engine.devices.MemoryProbe` counts it and a failure's root cause is recorded.
     Returns how the core will start, as engine records say it (``engine_core_start``): ``forkserver``, or ``vllm``
     (nothing changed) anywhere else (a GPU, ``$FP8LAB_VLLM_PROCESSES``, a process that is not such a worker, a vLLM
     without the hook)."""
     from multiprocessing import forkserver
 
-    from fp8lab import devices
+    from fp8lab.engine import devices
 
     server = forkserver._forkserver  # type: ignore[attr-defined]
     if not devices.cpu_layout() or server._forkserver_address is None or server._forkserver_alive_fd is None:
@@ -601,14 +601,14 @@ def run_engine(
         phases = [Phase("main", tuple(phases))]  # type: ignore[arg-type]
     phases = list(phases)  # type: ignore[assignment]
     validate_phases(spec, phases, driver, env)  # type: ignore[arg-type]
-    from fp8lab.capability import unsupported_result
+    from fp8lab.engine.capability import unsupported_result
 
     skipped = unsupported_result(spec)  # a KV dtype this device cannot run: recorded, no engine started
     if skipped is not None:
         return skipped
     refused = unsupported_by_vllm(spec)
     if refused:  # recorded like an engine's refusal, without the engine start it would cost
-        from fp8lab.devices import provenance
+        from fp8lab.engine.devices import provenance
 
         return EngineResult(
             status="unsupported",
@@ -629,7 +629,7 @@ def run_engine(
     options = {"driver": driver, "sample_interval_s": sample_interval_s, "env": dict(env or {})}
 
     ctx = worker_context()
-    from fp8lab import engine_worker
+    from fp8lab.engine import worker as engine_worker
 
     proc = ctx.Process(
         target=engine_worker.entry,
@@ -671,7 +671,7 @@ def run_engine(
         status = classify_failure(error + "\n" + exc_text) if status != "ok" else status
         if status == "ok":
             status = "error"
-    from fp8lab import fp8emu
+    from fp8lab.engine import fp8emu
 
     if status == "ok" and (env or {}).get(fp8emu.ENV) and fp8emu.check_log(log):  # asked for, never switched on
         status, error = "error", fp8emu.check_log(log)

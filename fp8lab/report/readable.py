@@ -1,13 +1,13 @@
 """The reader's format: one layer that every table, sentence and chart of a report goes through.
 
-Two halves, one set of rules (checked by :mod:`fp8lab.pagecheck`):
+Two halves, one set of rules (checked by :mod:`fp8lab.report.pagecheck`):
 
-- **at the source**, in a notebook's kernel (:func:`install`, called by ``fp8lab.report.setup_notebook`` and by
-  importing ``fp8lab.readable`` in IPython): a pandas frame is shown by :func:`frame_html` (no index column, units
+- **at the source**, in a notebook's kernel (:func:`install`, called by ``fp8lab.report.run.setup_notebook`` and by
+  importing ``fp8lab.report.readable`` in IPython): a pandas frame is shown by :func:`frame_html` (no index column, units
   from the column names, fixed decimals per column, "not measured: <reason>" for a missing value, every row and
   column: nothing cut, a scrolling box that fits the page); a matplotlib figure by :func:`figure_html` (alt text
   built from its title, axes and series; a sentence instead of a chart that has no data);
-- **at export**, over the whole page (:func:`tidy_page`, which ``fp8lab.htmlexport`` applies, and which also
+- **at export**, over the whole page (:func:`tidy_page`, which ``fp8lab.report.htmlexport`` applies, and which also
   re-applies to a page already written): a missing cell, a number in scientific notation or with 16 digits, a
   negative zero, a raw exception (kept as a sentence with its classified cause; the trace stays in the run's log)
   and a machine path are rewritten wherever the source did not already.
@@ -241,8 +241,8 @@ def _short_path(m: re.Match) -> str:
 
 
 def sentence_for_error(text: str, short: bool = False) -> str:
-    """A raw exception as a sentence with its classified cause (``fp8lab.engine.classify_failure``)."""
-    from fp8lab.engine import classify_failure
+    """A raw exception as a sentence with its classified cause (``fp8lab.engine.run.classify_failure``)."""
+    from fp8lab.engine.run import classify_failure
 
     m = _EXC.search(text)
     if not m:
@@ -327,7 +327,7 @@ def tidy_page(page: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fp8lab.readable PAGE.html ...``: re-apply :func:`tidy_page` to pages already written."""
+    """``python -m fp8lab.report.readable PAGE.html ...``: re-apply :func:`tidy_page` to pages already written."""
     import sys
     from pathlib import Path
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fp8lab.engine import Driver, EngineResult, run_engine
+from fp8lab.engine.run import Driver, EngineResult, run_engine
 from fp8lab.paths import REPO_ROOT, STORE_ONLY_ENV, runs_dir, store_only
 from fp8lab.specs import EngineSpec, Phase, Request, spec_hash
 
@@ -62,30 +62,42 @@ def _as_phases(phases: Sequence[Phase] | Sequence[Request]) -> list[Phase]:
 #: engine is configured and started, its environment, the worker that runs :func:`run_cached`'s phases, the FP8
 #: emulation's kernels and formats). Their hash (:func:`engine_code_hash`) is part of every run's cache key, so
 #: after an edit to any of them a normal run measures anew instead of loading a run the old code measured. A study
-#: with a worker of its own (``serving_worker``, ``decode_worker``, ``prefix_worker``) passes it as ``code`` to
+#: with a worker of its own (``serving/worker.py``, ``decode/worker.py``, ``prefix/worker.py``) passes it as ``code`` to
 #: :func:`run_versions`: it is hashed into that study's runs only (``study_code``), so editing one study's worker
 #: re-measures that study and no other. Left out on purpose: the specs and workloads (already in the key as data),
 #: the analysis, plots and reports (they read records, they do not make them). Add a file here when every engine
 #: run starts depending on it.
 ENGINE_CODE_FILES = (
-    "engine.py",
-    "engine_worker.py",
-    "fp8emu.py",
+    "engine/run.py",
+    "engine/worker.py",
+    "engine/fp8emu.py",
     "fp8formats.py",
-    "devices.py",
+    "engine/devices.py",
     "forcing.py",
 )
 
+#: The name a file of the run key is hashed under (:func:`engine_code_hash`), for the files that moved into a
+#: package: the name it had when it joined the key, so that where a file lies is not part of what was measured.
+KEY_NAMES = {
+    "engine/run.py": "engine.py",
+    "engine/worker.py": "engine_worker.py",
+    "engine/fp8emu.py": "fp8emu.py",
+    "engine/devices.py": "devices.py",
+    "decode/worker.py": "decode_worker.py",
+    "prefix/worker.py": "prefix_worker.py",
+    "serving/worker.py": "serving_worker.py",
+}
+
 
 def engine_code_hash(files: Sequence[str | Path] | None = None) -> str:
-    """12 hex digits of SHA-256 over ``files`` (default :data:`ENGINE_CODE_FILES`; names relative to the package)
-    (name and content, line endings normalised, so a checkout with CRLF hashes the same); a missing file counts as
+    """12 hex digits of SHA-256 over ``files`` (default :data:`ENGINE_CODE_FILES`; paths relative to the package)
+    (name, :data:`KEY_NAMES` for a moved file, and content, line endings normalised, so a checkout with CRLF hashes the same); a missing file counts as
     missing, not as an error."""
-    pkg = Path(__file__).parent
+    pkg = Path(__file__).parents[1]
     h = hashlib.sha256()
     for f in files if files is not None else ENGINE_CODE_FILES:
         path = pkg / f
-        h.update(Path(f).name.encode() + b"\0")
+        h.update(KEY_NAMES.get(Path(f).as_posix(), Path(f).name).encode() + b"\0")
         try:
             h.update(path.read_bytes().replace(b"\r\n", b"\n"))
         except OSError:
@@ -97,9 +109,9 @@ def engine_code_hash(files: Sequence[str | Path] | None = None) -> str:
 def run_versions(code: Sequence[str] = ()) -> dict[str, str | None]:
     """The part of every run's cache key that says with what it was measured: the installed vLLM and torch
     versions, :func:`engine_code_hash` and, for a study with a worker of its own, the hash of that study's ``code``
-    (``study_code``; files relative to the package, e.g. ``("decode_worker.py",)``). Under :func:`store_only`
+    (``study_code``; files relative to the package, e.g. ``("decode/worker.py",)``). Under :func:`store_only`
     :func:`stored_elsewhere` ignores them (:data:`VERSION_KEYS`), so committed stores re-render on any version."""
-    from fp8lab import devices
+    from fp8lab.engine import devices
 
     out: dict[str, str | None] = {
         "vllm": devices._version("vllm"),
@@ -504,7 +516,7 @@ def run_cached(
         kept = stored_elsewhere(rd, desc, done=_final)  # the same run under another vLLM, torch or engine code
         if kept is not None:
             return load(kept, spec)
-    from fp8lab.capability import unsupported_result
+    from fp8lab.engine.capability import unsupported_result
 
     skipped = unsupported_result(spec)  # not run here and not stored: the device lacks the kernel (capability.py)
     if skipped is not None:

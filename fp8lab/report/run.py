@@ -5,7 +5,7 @@ notebook at its own summary file (``$FP8LAB_SUMMARY_PATH``) and merges them into
 so tests and the overall report read numbers, never scraped HTML.
 
 Split along clean lines (issue 16): :mod:`fp8lab.profiles` (profiles and a notebook's resolved parameters) and
-:mod:`fp8lab.report_index` (``index.html``, key numbers, comparing reports) below this module, which keeps recording
+:mod:`fp8lab.report.index` (``index.html``, key numbers, comparing reports) below this module, which keeps recording
 a summary and running notebooks and re-exports every name of both (``report.load_profile``, ``report.write_index``).
 """
 
@@ -33,7 +33,7 @@ from fp8lab.profiles import (
     parameters_for,
     resolved_parameters,
 )
-from fp8lab.report_index import (
+from fp8lab.report.index import (
     AUDIT_ROWS_KEY,
     HEADLINE_KEY,
     StudyRowsError,
@@ -126,8 +126,8 @@ def ensure_kernel() -> str:
             "ipykernel_launcher",
             "-f",
             "{connection_file}",
-            # frames and figures in the reader's format (fp8lab.readable), in every notebook this kernel runs
-            "--IPKernelApp.exec_lines=import fp8lab.readable as _fp8lab_readable; _fp8lab_readable.install()",
+            # frames and figures in the reader's format (fp8lab.report.readable), in every notebook this kernel runs
+            "--IPKernelApp.exec_lines=import fp8lab.report.readable as _fp8lab_readable; _fp8lab_readable.install()",
         ],
         "display_name": "fp8lab (this environment)",
         "language": "python",
@@ -139,8 +139,8 @@ def ensure_kernel() -> str:
 
 
 def export_html(ipynb: Path, html_path: Path) -> Path:
-    """The reader's HTML of an executed notebook: verdict first, code hidden, offline (:mod:`fp8lab.htmlexport`)."""
-    from fp8lab import htmlexport
+    """The reader's HTML of an executed notebook: verdict first, code hidden, offline (:mod:`fp8lab.report.htmlexport`)."""
+    from fp8lab.report import htmlexport
 
     return htmlexport.export_html(ipynb, html_path)
 
@@ -179,7 +179,7 @@ def run_notebook(
     entry: dict[str, Any] = {"notebook": stem, "parameters": params, "status": "ok", "error": None}
     # the kernel inherits these: where to record the summary, and the report folder the notebook writes into
     # (the claims audit reads its sibling studies' summaries there)
-    # and where each engine run it loads or runs notes its provenance (fp8lab.results.note_run)
+    # and where each engine run it loads or runs notes its provenance (fp8lab.engine.results.note_run)
     runs_log = out_dir / f".{stem}.runs.jsonl"
     runs_log.unlink(missing_ok=True)
     env = {
@@ -190,10 +190,10 @@ def run_notebook(
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     t0 = time.perf_counter()
-    from fp8lab.engine import share_forkserver
+    from fp8lab.engine.run import share_forkserver
 
     share_forkserver()  # on a CPU, the kernels of this process's notebooks fork their engine workers from one server
-    from fp8lab.degrade import notebook_for
+    from fp8lab.report.degrade import notebook_for
 
     # a study this device cannot answer (no native FP8 KV kernel) runs reduced: it says what was not measured and why
     notebook = notebook_for(notebook, params, Path(tempfile.mkdtemp(prefix="fp8lab-degraded-")))
@@ -239,7 +239,7 @@ def run_notebook(
             else:
                 dst.unlink(missing_ok=True)
         if final_html.exists() and final_summary.exists():  # the page links the summary beside it, not a copy
-            from fp8lab.htmlslim import link_summary_dump
+            from fp8lab.report.htmlslim import link_summary_dump
 
             page = final_html.read_text(encoding="utf-8")
             linked = link_summary_dump(page, final_summary)
@@ -301,7 +301,7 @@ def run_profile(
     (which also lists the notebooks an earlier run of the same profile left there: :func:`previous_entries`)."""
     from tqdm.auto import tqdm
 
-    from fp8lab.devices import provenance
+    from fp8lab.engine.devices import provenance
 
     profile = load_profile(profile_name)
     paths = list_notebooks(notebooks or profile.get("run"))  # a profile's `run:` list: its notebooks by default
@@ -352,7 +352,7 @@ def _write_summary(
 
 
 #: Every public name of this module and of the two split out of it (:mod:`fp8lab.profiles`,
-#: :mod:`fp8lab.report_index`): ``report.<name>`` keeps working for each.
+#: :mod:`fp8lab.report.index`): ``report.<name>`` keeps working for each.
 __all__ = [
     "AUDIT_ROWS_KEY",
     "HEADLINE_KEY",

@@ -50,7 +50,7 @@ def _probe(device: str, size_mib: int, repeats: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             np.copyto(dst, src)
             times.append(time.perf_counter() - t0)
-        from fp8lab.devices import cpu_name
+        from fp8lab.engine.devices import cpu_name
 
         name = cpu_name()
     best = min(times)
@@ -67,7 +67,7 @@ def _probe(device: str, size_mib: int, repeats: int) -> dict[str, Any]:
 
 
 def _has_gpu() -> bool:
-    from fp8lab.devices import gpu_facts  # NVML only: does not initialise CUDA here
+    from fp8lab.engine.devices import gpu_facts  # NVML only: does not initialise CUDA here
 
     return bool(gpu_facts())
 

@@ -38,7 +38,7 @@ MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 def cpu_layout() -> bool:
     """True where vLLM engines run on the CPU (no NVIDIA device) and ``$FP8LAB_VLLM_PROCESSES`` does not ask for
     vLLM's default process layout: fp8lab's worker then hosts the engine core (:func:`engine_env`) and workers fork
-    from a server that imported vLLM once (:func:`fp8lab.engine.worker_context`)."""
+    from a server that imported vLLM once (:func:`fp8lab.engine.run.worker_context`)."""
     return not os.environ.get(DEFAULT_LAYOUT_ENV) and _nvml() is None
 
 
@@ -48,7 +48,7 @@ def engine_env() -> dict[str, str]:
     On a CPU (no NVIDIA device), ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: an ``LLM`` engine's core then runs in
     the worker itself and its model executor in the core, instead of two more spawned processes that each
     import vLLM again (about 20 of a 30 s engine start on 2 cores; an ``AsyncLLM`` keeps its core process, forked
-    from the same server as the worker (:func:`fp8lab.engine.core_from_forkserver`; records: ``engine_core_start``),
+    from the same server as the worker (:func:`fp8lab.engine.run.core_from_forkserver`; records: ``engine_core_start``),
     and drops the executor's). The model runs the same way either way: one OpenMP thread bound to a core (vLLM's
     CPU worker reserves the other core for the front end). On a GPU nothing is set: vLLM's defaults, as every
     GPU record was measured. A variable already in the environment is kept, and ``$FP8LAB_VLLM_PROCESSES``
