@@ -55,10 +55,10 @@ _SHARED = False
 def pytest_runtest_setup(item) -> None:
     """Before the first test that may start engines (any tier but tests/unit): this session's engine forkserver,
     shared with every process the tests start (notebook kernels, ``fp8lab run``, study scripts), so vLLM is
-    imported once per session, not once per process (:func:`fp8lab.engine.run.share_forkserver`; a CPU only)."""
+    imported once per session, not once per process (:func:`fp8lab.engine.procs.share_forkserver`; a CPU only)."""
     global _SHARED
     if not _SHARED and "unit" not in item.path.parts:
-        from fp8lab.engine.run import share_forkserver
+        from fp8lab.engine.procs import share_forkserver
 
         share_forkserver()
         _SHARED = True
@@ -122,7 +122,7 @@ def _engine_processes() -> list:
 @pytest.fixture
 def engine_processes():
     """``() -> [psutil.Process]``: live descendants of the test process other than multiprocessing's resource
-    tracker and the forkserver that CPU engine workers fork from (``fp8lab.engine.run.worker_context``): what a
+    tracker and the forkserver that CPU engine workers fork from (``fp8lab.engine.procs.worker_context``): what a
     finished or killed run must not leave behind. A worker forked by the forkserver is its child, not the test's,
     so it is found here too."""
     return _engine_processes

@@ -107,7 +107,7 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
     lay = kvmath.load_layout(spec.engine_spec(spec.kv_dtypes[0]).model)
     engine_specs = {arm: {d: spec.engine_spec(d, arm).to_dict() for d in spec.kv_dtypes} for arm in spec.arms}
     from fp8lab.decode import worker as decode_worker
-    from fp8lab.engine.run import _kill_group, _reap_descendants, worker_context
+    from fp8lab.engine.procs import kill_group, reap_descendants, worker_context
 
     ctx = worker_context()
 
@@ -145,9 +145,9 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
     for proc in procs:
         proc.join(timeout=max(spec.timeout_s - (time.perf_counter() - t0), 1.0))
         if proc.is_alive():
-            _reap_descendants(proc.pid)
-        _kill_group(proc.pid)
-        _reap_descendants(proc.pid)
+            reap_descendants(proc.pid)
+        kill_group(proc.pid)
+        reap_descendants(proc.pid)
         proc.join(timeout=10)
     run = load(rd)
     left = [

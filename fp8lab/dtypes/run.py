@@ -123,7 +123,8 @@ def precheck(spec: MatrixSpec, row: dict[str, Any], info: dict[str, Any] | None)
 
 def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path) -> None:
     from fp8lab.dtypes import worker
-    from fp8lab.engine.run import _kill_group, _reap_descendants, root_cause, worker_context
+    from fp8lab.engine.procs import kill_group, reap_descendants, worker_context
+    from fp8lab.engine.result import root_cause
 
     log = rd / "logs" / f"{row['label']}.log"
     log.parent.mkdir(exist_ok=True)
@@ -137,9 +138,9 @@ def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path) -> None:
     proc.join(timeout=spec.timeout_s)
     timed_out = proc.is_alive()
     if timed_out:
-        _reap_descendants(proc.pid)
-    _kill_group(proc.pid)
-    _reap_descendants(proc.pid)
+        reap_descendants(proc.pid)
+    kill_group(proc.pid)
+    reap_descendants(proc.pid)
     proc.join(timeout=10)
     out = rd / "rows" / f"{row['label']}.json"
     if not out.exists():  # the worker died (a signal, an abort) or ran out of time: a crash, recorded

@@ -202,8 +202,8 @@ def decode_times(llm: Any, spec: dict[str, Any], vocab: int) -> list[dict[str, A
 
 def measure(spec: dict[str, Any], row: dict[str, Any], out: Path, log: Path) -> dict[str, Any]:
     """Start the row's engine, probe and measure it; the row's record (never raises)."""
-    from fp8lab.decode.worker import _start
-    from fp8lab.engine.run import classify_failure, root_cause
+    from fp8lab.engine.result import classify_failure, root_cause
+    from fp8lab.engine.worker import start_llm
 
     rec: dict[str, Any] = {**row}
     before = log.stat().st_size if log.exists() else 0
@@ -215,7 +215,7 @@ def measure(spec: dict[str, Any], row: dict[str, Any], out: Path, log: Path) -> 
 
         extra["logits_processors"] = [FORCING_FQCN]  # forced decode: quality scored through the KV cache
     try:
-        llm, facts = _start(row["engine"], log, extra)
+        llm, facts = start_llm(row["engine"], log, extra)
     except BaseException as exc:  # noqa: BLE001 - a refusal is this row's result
         print(traceback.format_exc(), file=sys.stderr, flush=True)
         text = log.read_text(errors="replace")[before:] if log.exists() else ""

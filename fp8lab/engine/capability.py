@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.engine.result import EngineResult
 from fp8lab.paths import store_only
 
 #: The switch that forces "no native FP8 KV kernel" (read here only).
@@ -262,14 +263,12 @@ def kv_support(kv_cache_dtype: str, model: str | None = None) -> KVSupport:
 
 
 def unsupported_result(spec: Any) -> Any:
-    """An ``unsupported`` :class:`fp8lab.engine.run.EngineResult` for an engine spec this device cannot run
+    """An ``unsupported`` :class:`fp8lab.engine.result.EngineResult` for an engine spec this device cannot run
     natively (no engine started; ``extra['not_started']``), or None when it can run."""
     sup = kv_support(spec.kv_cache_dtype, spec.model)
     if sup.native:
         return None
     import pandas as pd
-
-    from fp8lab.engine.run import EngineResult
 
     return EngineResult(
         status="unsupported",

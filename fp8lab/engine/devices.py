@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fp8lab
 from fp8lab.paths import REPO_ROOT
 
 
@@ -115,7 +116,7 @@ class MemoryProbe:
             me = psutil.Process()
             procs = {me, *me.children(recursive=True)}
             if hasattr(os, "getpgrp") and os.getpgrp() == me.pid:  # a worker leading its group: an engine core
-                for pid in _group_members(me.pid):  # forked elsewhere joined it
+                for pid in group_members(me.pid):  # forked elsewhere joined it
                     try:
                         procs.add(psutil.Process(pid))
                     except psutil.Error:  # gone since the scan: not a reason to lose the whole sample
@@ -136,7 +137,7 @@ class MemoryProbe:
         return [int(self._nv.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles]
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """Live processes of process group ``pgid`` (Linux: ``/proc``; elsewhere none)."""
     out = []
     for entry in Path("/proc").glob("[0-9]*") if Path("/proc").is_dir() else ():
@@ -199,7 +200,7 @@ def git_commit() -> dict[str, Any]:
     return {"fp8lab_commit": commit, "fp8lab_dirty": dirty}
 
 
-def _version(mod: str) -> str | None:
+def installed_version(mod: str) -> str | None:
     try:
         from importlib.metadata import version
 
@@ -219,17 +220,15 @@ def provenance(seed: int | None = None, with_torch: bool = True) -> dict[str, An
     Keys: date (UTC ISO), fp8lab version/commit/dirty, python, platform, versions of vllm, torch,
     transformers; CUDA runtime and driver, GPU names (or the CPU model), seed.
     """
-    import fp8lab
-
     p: dict[str, Any] = {
         "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "fp8lab_version": fp8lab.__version__,
         **git_commit(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "vllm": _version("vllm"),
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
+        "vllm": installed_version("vllm"),
+        "torch": installed_version("torch"),
+        "transformers": installed_version("transformers"),
         "seed": seed,
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),

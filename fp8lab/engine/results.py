@@ -35,9 +35,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fp8lab.engine.run import Driver, EngineResult, run_engine
+from fp8lab.engine import devices, fp8emu
+from fp8lab.engine.capability import unsupported_result
+from fp8lab.engine.result import EngineResult
+from fp8lab.engine.run import Driver, run_engine
+from fp8lab.metrics import percentiles, throughput
 from fp8lab.paths import REPO_ROOT, STORE_ONLY_ENV, runs_dir, store_only
-from fp8lab.specs import EngineSpec, Phase, Request, spec_hash
+from fp8lab.specs import EngineSpec, Phase, Request, resolve_model, spec_hash
 
 FINAL_STATUSES = ("ok", "oom", "unsupported", "invalid")
 
@@ -74,6 +78,8 @@ ENGINE_CODE_FILES = (
     "fp8formats.py",
     "engine/devices.py",
     "forcing.py",
+    "engine/procs.py",
+    "engine/result.py",
 )
 
 #: The name a file of the run key is hashed under (:func:`engine_code_hash`), for the files that moved into a
@@ -111,11 +117,9 @@ def run_versions(code: Sequence[str] = ()) -> dict[str, str | None]:
     versions, :func:`engine_code_hash` and, for a study with a worker of its own, the hash of that study's ``code``
     (``study_code``; files relative to the package, e.g. ``("decode/worker.py",)``). Under :func:`store_only`
     :func:`stored_elsewhere` ignores them (:data:`VERSION_KEYS`), so committed stores re-render on any version."""
-    from fp8lab.engine import devices
-
     out: dict[str, str | None] = {
-        "vllm": devices._version("vllm"),
-        "torch": devices._version("torch"),
+        "vllm": devices.installed_version("vllm"),
+        "torch": devices.installed_version("torch"),
         "engine_code": engine_code_hash(),
     }
     if code:
@@ -129,8 +133,6 @@ def study_descriptor(
     """The cache key of a study that stores its own runs (Studies 06, 07, 08): ``spec`` (its fields as a dict) with
     its model as given (:func:`model_ref`, never where it lies) beside :func:`model_digest` of the model's config and
     weights, the ``protocol``, and :func:`run_versions` with that study's own ``code``."""
-    from fp8lab.specs import resolve_model
-
     path = resolve_model(model)
     digest = model_digest(path, load_format)
     return {
@@ -516,8 +518,6 @@ def run_cached(
         kept = stored_elsewhere(rd, desc, done=_final)  # the same run under another vLLM, torch or engine code
         if kept is not None:
             return load(kept, spec)
-    from fp8lab.engine.capability import unsupported_result
-
     skipped = unsupported_result(spec)  # not run here and not stored: the device lacks the kernel (capability.py)
     if skipped is not None:
         return skipped
@@ -567,8 +567,6 @@ def phase_table(study: str, root: Path | None = None) -> Any:
     import numpy as np
     import pandas as pd
 
-    from fp8lab.metrics import percentiles, throughput
-
     rows = []
     for ej in sorted(((root or runs_dir()) / study).glob("[!.]*/engine.json")):
         meta = json.loads(ej.read_text())  # not load(): the spec's model path may not exist on this machine
@@ -599,3 +597,20 @@ def phase_table(study: str, root: Path | None = None) -> Any:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def run_emulated(
+    spec: Any, phases: Any = (), *, study: str, scale_set: str | None = None, base_model: str | None = None, **kw: Any
+) -> Any:
+    """Run ``spec`` (an FP8 :class:`fp8lab.specs.EngineSpec`) as an emulated-FP8 engine: ``kv_cache_dtype="auto"``
+    on ``base_model`` (default ``spec.model``; a scale set's own folder would make vLLM switch to a native FP8
+    cache, so pass the base model and the set as ``scale_set``), stored apart from native runs in the study
+    folder ``<study>.fp8emu-<format>[-<scale set>]``. Returns the :class:`fp8lab.engine.run.EngineResult` with
+    ``extra['emulated']`` set to the format."""
+    env = fp8emu.env_for(spec.kv_cache_dtype, scale_set)
+    tag = f"{study}.fp8emu-{env[fp8emu.ENV]}" + (f"-{Path(scale_set).name}" if scale_set else "")
+    res = run_cached(
+        spec.replace(kv_cache_dtype="auto", model=base_model or spec.model), phases, study=tag, env=env, **kw
+    )
+    res.extra["emulated"] = env[fp8emu.ENV]
+    return res

@@ -120,7 +120,7 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
     (rd / "spec.json").write_text(json.dumps(desc, indent=2, sort_keys=True, default=str))
     if (rd / "complete.json").exists():
         return load(rd)
-    from fp8lab.engine.run import _kill_group, _reap_descendants, worker_context
+    from fp8lab.engine.procs import kill_group, reap_descendants, worker_context
     from fp8lab.prefix import worker as prefix_worker
 
     t0 = time.perf_counter()
@@ -137,9 +137,9 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
     proc.start()
     proc.join(timeout=spec.timeout_s)
     if proc.is_alive():
-        _reap_descendants(proc.pid)
-    _kill_group(proc.pid)
-    _reap_descendants(proc.pid)
+        reap_descendants(proc.pid)
+    kill_group(proc.pid)
+    reap_descendants(proc.pid)
     proc.join(timeout=10)
     run = load(rd)
     # a dtype this device could not run natively leaves the run incomplete, so a device that can fills it in

@@ -175,7 +175,7 @@ def correctness(llm: Any, shape: Any, convs: list[dict[str, Any]]) -> list[dict[
 
 
 def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from fp8lab.decode.worker import _start as start
+    from fp8lab.engine.worker import start_llm as start
 
     return start(spec, log_path, extra)
 
@@ -190,7 +190,7 @@ def _stop(llm: Any) -> None:
 
 
 def _failure(exc: BaseException, log: Path, before: int) -> dict[str, Any]:
-    from fp8lab.engine.run import classify_failure, root_cause
+    from fp8lab.engine.result import classify_failure, root_cause
 
     text = log.read_text(errors="replace")[before:] if log.exists() else ""
     msg = f"{type(exc).__name__}: {exc}"

@@ -105,6 +105,7 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
     phases = study_phases(spec, prompts, conts, windows, task)
     from fp8lab.engine import fp8emu
     from fp8lab.engine.capability import emulation_note, kv_support
+    from fp8lab.engine.results import run_emulated
 
     results = {}
     ran, emulated, reasons = [], [], []
@@ -113,7 +114,7 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
         sup = kv_support(cfg.kv_cache_dtype, cfg.model)
         if not sup.native and sup.emulated:  # no FP8 kernel here: the same engine, FP8-rounded K/V (fp8emu)
             cfg = KVConfig(fp8emu.emulated_label(cfg.label), cfg.model, cfg.kv_cache_dtype)
-            res = fp8emu.run_emulated(
+            res = run_emulated(
                 spec.engine_spec(cfg),
                 phases,
                 study=study,

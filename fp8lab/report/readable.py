@@ -241,8 +241,8 @@ def _short_path(m: re.Match) -> str:
 
 
 def sentence_for_error(text: str, short: bool = False) -> str:
-    """A raw exception as a sentence with its classified cause (``fp8lab.engine.run.classify_failure``)."""
-    from fp8lab.engine.run import classify_failure
+    """A raw exception as a sentence with its classified cause (``fp8lab.engine.result.classify_failure``)."""
+    from fp8lab.engine.result import classify_failure
 
     m = _EXC.search(text)
     if not m:

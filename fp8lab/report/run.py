@@ -190,7 +190,7 @@ def run_notebook(
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     t0 = time.perf_counter()
-    from fp8lab.engine.run import share_forkserver
+    from fp8lab.engine.procs import share_forkserver
 
     share_forkserver()  # on a CPU, the kernels of this process's notebooks fork their engine workers from one server
     from fp8lab.report.degrade import notebook_for

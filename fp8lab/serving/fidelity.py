@@ -139,7 +139,7 @@ def run_vllm_bench(
     if out_json.exists():
         out.update(json.loads(out_json.read_text()))
     else:
-        from fp8lab.engine.run import root_cause
+        from fp8lab.engine.result import root_cause
 
         out["error"] = root_cause(log.read_text(errors="replace"), f"exit code {rc}")
     return out

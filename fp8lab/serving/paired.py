@@ -41,7 +41,7 @@ class _EngineProc:
     """One engine alive in its own spawned process (:mod:`fp8lab.serving.worker`), serving phases on command."""
 
     def __init__(self, spec: EngineSpec, log_path: Path, sample_interval_s: float = 0.25):
-        from fp8lab.engine.run import worker_context
+        from fp8lab.engine.procs import worker_context
         from fp8lab.serving import worker as serving_worker
 
         self.spec, self.log_path = spec, log_path
@@ -56,7 +56,7 @@ class _EngineProc:
         child.close()
 
     def _wait(self, timeout: float) -> dict[str, Any]:
-        from fp8lab.engine.run import classify_failure, root_cause
+        from fp8lab.engine.result import classify_failure, root_cause
 
         try:
             if self.conn.poll(timeout):
@@ -86,7 +86,7 @@ class _EngineProc:
         return self._wait(self.spec.timeout_s)
 
     def stop(self) -> None:
-        from fp8lab.engine.run import _kill_group, _reap_descendants
+        from fp8lab.engine.procs import kill_group, reap_descendants
 
         try:
             self.conn.send(None)
@@ -94,8 +94,8 @@ class _EngineProc:
         except (BrokenPipeError, OSError):
             pass
         if self.proc.pid:
-            _reap_descendants(self.proc.pid)
-            _kill_group(self.proc.pid)
+            reap_descendants(self.proc.pid)
+            kill_group(self.proc.pid)
         self.proc.join(timeout=10)
         if self.proc.is_alive():
             self.proc.kill()
@@ -116,7 +116,7 @@ def _run_paired(
     replaces :class:`_EngineProc` (an object with ``start()``, ``run(payload)`` and ``stop()``; tests pass one
     that answers without vLLM)."""
     from fp8lab.engine import results
-    from fp8lab.engine.run import EngineResult
+    from fp8lab.engine.result import EngineResult
     from fp8lab.paths import runs_dir
     from fp8lab.specs import spec_hash
 

@@ -40,11 +40,11 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from fp8lab.engine.run import core_from_forkserver
+        from fp8lab.engine.procs import core_from_forkserver
 
         core_start = core_from_forkserver()
         t0 = time.perf_counter()
-        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**ew._engine_kwargs(spec)))
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**ew.engine_kwargs(spec)))
         facts = {
             "engine_start_s": time.perf_counter() - t0,
             "engine_core_start": core_start,
@@ -68,7 +68,7 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
             try:
                 sampler.phase = key
                 before = ew.read_gauges().get("preemptions_total", 0.0)
-                rows, wall = loop.run_until_complete(ew._run_stream(engine, phase))
+                rows, wall = loop.run_until_complete(ew.run_stream(engine, phase))
                 snap = sampler.sample()
                 samples = [s for s in sampler.rows if s["phase"] == key]
                 win = phase.get("window")

@@ -1,7 +1,7 @@
 """Real vLLM (CPU build) on the shipped model: capacity, timings, failures, process hygiene.
 
 Where the native FP8 KV kernel is missing (an AVX2-only CPU) the fp8 engine runs emulated, as the numerical studies
-run it there (:func:`fp8lab.engine.fp8emu.run_emulated`: a bf16 cache holding FP8-rounded K/V): the same engine checks hold,
+run it there (:func:`fp8lab.engine.results.run_emulated`: a bf16 cache holding FP8-rounded K/V): the same engine checks hold,
 and its capacity is auto's, never FP8's."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 
 from fp8lab import kvmath
-from fp8lab.engine import fp8emu
 from fp8lab.engine.capability import kv_support
-from fp8lab.engine.results import load, run_cached
+from fp8lab.engine.results import load, run_cached, run_emulated
 from fp8lab.engine.run import run_engine
 from fp8lab.specs import EngineSpec, Phase, Request, SpecError
 
@@ -29,7 +28,7 @@ def _ab_run(tiny_model: str, dt: str):
     spec = EngineSpec(model=tiny_model, kv_cache_dtype=dt, kv_cache_gib=KV_GIB, max_model_len=2048)
     phases = [Phase("warmup", reqs[:1]), Phase("main", reqs)]
     if dt != "auto" and not NATIVE:
-        return fp8emu.run_emulated(spec, phases, study="test_engine")
+        return run_emulated(spec, phases, study="test_engine")
     return run_cached(spec, phases, study="test_engine")
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from fp8lab.engine import capability, devices, results
-from fp8lab.engine.run import EngineResult
+from fp8lab.engine.result import EngineResult
 from fp8lab.specs import EngineSpec, Request, SpecError, spec_hash
 
 REQS = [Request((1, 2, 3), 4)]
@@ -36,9 +36,9 @@ def _prefix_spec(model: str):
 
 
 def _versions(monkeypatch, vllm: str, torch: str) -> None:
-    """What :func:`fp8lab.engine.devices._version` (the installed-version lookup) answers, vLLM itself untouched."""
-    real = devices._version
-    monkeypatch.setattr(devices, "_version", lambda mod: {"vllm": vllm, "torch": torch}.get(mod) or real(mod))
+    """What :func:`fp8lab.engine.devices.installed_version` (the installed-version lookup) answers, vLLM itself untouched."""
+    real = devices.installed_version
+    monkeypatch.setattr(devices, "installed_version", lambda mod: {"vllm": vllm, "torch": torch}.get(mod) or real(mod))
 
 
 def _result(tokens: int = 5) -> EngineResult:

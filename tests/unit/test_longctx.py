@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from fp8lab import longctx as lc
-from fp8lab.engine.run import EngineResult
+from fp8lab.engine.result import EngineResult
 from fp8lab.longctx import documents as longdocs
 from fp8lab.paths import TINY_MODEL_DIR
 from fp8lab.specs import SpecError

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from fp8lab.cli import main
+from fp8lab.engine.result import EngineResult
 from fp8lab.engine.results import phase_table, save
-from fp8lab.engine.run import EngineResult
 
 
 def _store(root, run_id: str, dtype: str, status: str = "ok") -> None:

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from fp8lab.engine import results
-from fp8lab.engine.run import EngineResult
+from fp8lab.engine.result import EngineResult
 from fp8lab.paths import REPO_ROOT
 from fp8lab.specs import EngineSpec, Request, resolve_model, spec_hash
 

@@ -230,7 +230,7 @@ def test_paired_schedule_alternates_by_phase_and_trial():
 
 
 def _run(d, trial, **facts):
-    from fp8lab.engine.run import EngineResult
+    from fp8lab.engine.result import EngineResult
 
     return {
         "kv_dtype": d,

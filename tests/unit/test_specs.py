@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fp8lab.engine.run import classify_failure, root_cause, validate_phases
+from fp8lab.engine.result import classify_failure, root_cause
+from fp8lab.engine.run import validate_phases
 from fp8lab.specs import EngineSpec, Phase, Request, SpecError, spec_hash
 
 
