@@ -84,7 +84,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from fp8lab.report.run import load_profiles
+    from fp8lab.profiles import load_profiles
 
     profiles = load_profiles()
     if args.json:

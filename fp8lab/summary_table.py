@@ -411,3 +411,20 @@ __all__ = [
     "validate",
     "write_rows",
 ]
+
+
+class StudyRowsError(ValueError):
+    """A study's rows file that cannot be read or does not fit the schema (:func:`study_rows`)."""
+
+
+def study_rows(out_dir: str | Path, stem: str) -> list[dict[str, Any]] | None:
+    """The typed rows beside a study's summary in ``out_dir`` (``<stem>.rows.json``, :mod:`fp8lab.summary_table`,
+    validated on read), or None when the folder has none (a report rendered before the rows existed, or a study
+    that writes none). A file that is not JSON or does not fit the schema raises :class:`StudyRowsError`."""
+    path = Path(out_dir) / f"{stem}.rows.json"
+    if not path.is_file():
+        return None
+    try:
+        return read_rows(path)
+    except ValueError as exc:  # SpecError (a ValueError): a row off the schema; else not JSON
+        raise StudyRowsError(f"{path.name}: {exc}") from exc

@@ -197,8 +197,8 @@ def run_studies(
     """Each study on ``store`` under FP8LAB_STORE_ONLY, in this process: ``{stem: summary}``; with ``out_dir``, its
     ``<stem>.summary.json`` and ``.rows.json`` written there as the notebook writes them (``report.record_summary``)."""
     from fp8lab import study
+    from fp8lab.profiles import load_profile, resolved_parameters
     from fp8lab.report import run as report
-    from fp8lab.report.run import load_profile, resolved_parameters
 
     os.environ[results.STORE_ONLY_ENV] = "1"
     os.environ["FP8LAB_RUNS"] = str(store)

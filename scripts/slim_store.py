@@ -124,7 +124,7 @@ def _longctx_plan(profile: str) -> Any:
 
     from fp8lab import longctx
     from fp8lab.paths import NOTEBOOKS_DIR
-    from fp8lab.report.run import load_profile, parameters_for
+    from fp8lab.profiles import load_profile, parameters_for
 
     nb = NOTEBOOKS_DIR / "04_long_context_ramp_128k.ipynb"
     params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(nb)).items()}

@@ -85,7 +85,7 @@ def _quality_windows(spec: dict[str, Any], model: str, vocab: int) -> tuple[str,
 
     n, ctx, gen = spec["quality_prompts"], spec["quality_prompt_tokens"], spec["quality_gen_tokens"]
     try:
-        from fp8lab.longctx.documents import document_ids
+        from fp8lab.workloads import document_ids
 
         return "held-out text", [list(document_ids(model, ctx + gen, offset=40_009 * i)) for i in range(n)]
     except Exception:  # noqa: BLE001 - no tokenizer for this model: random ids, said so in the record

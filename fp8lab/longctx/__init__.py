@@ -83,18 +83,12 @@ from fp8lab.longctx.documents import (
     PASSKEY_QUESTION,
     PASSKEY_TASK,
     GridKind,
-    InsertKind,
     PasskeyItem,
     PromptSource,
-    assemble_document,
-    code_block,
-    document_ids,
     insert_at_depth,
-    json_object,
     length_grid,
     passkey_correct,
     passkey_items,
-    random_ids,
 )
 from fp8lab.longctx.growth import (
     GROWTH_METRICS,
@@ -145,6 +139,7 @@ from fp8lab.specs import (
     check_model_folder,
     resolve_model,
 )
+from fp8lab.workloads import InsertKind, assemble_document, code_block, document_ids, json_object, random_ids
 
 __all__ = [
     "BASELINE",

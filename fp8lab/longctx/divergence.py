@@ -179,9 +179,9 @@ def passkey_table(res: LongCtxResult) -> pd.DataFrame:
     by = _quality_records(res, "passkey")
     if not by or not res.passkey:
         return pd.DataFrame()
-    from fp8lab.workloads import _tokenizer
+    from fp8lab.workloads import load_tokenizer
 
-    tok = _tokenizer(res.plan.quality_model)
+    tok = load_tokenizer(res.plan.quality_model)
     rows = []
     for dt, g in by.items():
         for it in res.passkey:

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab.paths import TINY_MODEL_NAME
+from fp8lab.report.readable import fmt_number
+from fp8lab.summary_table import StudyRowsError, study_rows
 
 DECODE, SERVING, LONGCTX, PREFIX, MEMORY, QUALITY = (
     "06_decode_speed",
@@ -53,8 +55,6 @@ class Decision:
 
 
 def _n(x: float, d: int = 0) -> str:
-    from fp8lab.report.readable import fmt_number
-
     return fmt_number(x, d)
 
 
@@ -64,8 +64,6 @@ def _signed(x: float, d: int = 1) -> str:
 
 
 def _rows(out_dir: Path, stem: str) -> list[dict[str, Any]]:
-    from fp8lab.report.index import StudyRowsError, study_rows
-
     try:
         return study_rows(out_dir, stem) or []
     except StudyRowsError:

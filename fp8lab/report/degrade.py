@@ -16,6 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fp8lab import kvmath
+from fp8lab.engine.capability import kv_support, report
+from fp8lab.specs import resolve_model
+
 #: Notebook number -> what it measures that needs the native FP8 kernel.
 NATIVE_ONLY: dict[str, str] = {
     "01": "serving throughput, latency and measured KV capacity",
@@ -32,9 +36,6 @@ def _dtypes(params: dict[str, Any]) -> list[str]:
 
 def gate(notebook: str | Path, params: dict[str, Any]) -> str | None:
     """The one sentence saying what ``notebook`` will not measure here and why, or None when it runs in full."""
-    from fp8lab.engine.capability import kv_support
-    from fp8lab.specs import resolve_model
-
     num = Path(notebook).name[:2]
     if num not in NATIVE_ONLY:
         return None
@@ -53,8 +54,6 @@ def gate(notebook: str | Path, params: dict[str, Any]) -> str | None:
 def predicted_capacity(model: str, dtypes: list[str], kv_cache_gib: float | None, block_size: int | None) -> list[dict]:
     """Per dtype: the formula's blocks and tokens for a ``kv_cache_gib`` budget (CPU block size 128 by default),
     every row marked ``source = "predicted"``."""
-    from fp8lab import kvmath
-
     if kv_cache_gib is None:
         return []
     bs = int(block_size or 128)
@@ -81,9 +80,6 @@ def predicted_capacity(model: str, dtypes: list[str], kv_cache_gib: float | None
 def summary(notebook: str, params: dict[str, Any]) -> dict[str, Any]:
     """The summary a reduced notebook records: ``not_measured`` (the sentence), ``<dtype>.status``
     (``unsupported`` or ``not run``), ``<dtype>.predicted_*`` and the capability report."""
-    from fp8lab.engine.capability import kv_support, report
-    from fp8lab.specs import resolve_model
-
     model = resolve_model(str(params.get("MODEL", "")))
     dtypes = _dtypes(params)
     out: dict[str, Any] = {"not_measured": gate(notebook, params), "degraded": True, "capability": report(model)}

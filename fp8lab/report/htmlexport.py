@@ -30,6 +30,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from fp8lab.report.htmlslim import slim
+from fp8lab.report.readable import sig, tidy_page
+
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 TEMPLATE_NAME = "fp8lab"
 
@@ -151,10 +154,8 @@ def _strip_progress(text: str) -> str:
 
 
 def _round_table_floats(table_html: str) -> str:
-    from fp8lab.report.readable import _sig
-
     def fmt(m: re.Match) -> str:
-        return f"{m.group(1)}{_sig(float(m.group(2)))}{m.group(3)}"
+        return f"{m.group(1)}{sig(float(m.group(2)))}{m.group(3)}"
 
     return _FLOAT_TD.sub(fmt, table_html)
 
@@ -313,9 +314,6 @@ def export_html(ipynb: Path, html_path: Path) -> Path:
     refs = external_references(body)
     if refs:
         raise RuntimeError(f"{html_path}: the exported page would load {refs[:3]} from outside the file")
-    from fp8lab.report.htmlslim import slim
-    from fp8lab.report.readable import tidy_page
-
     body = tidy_page(body)  # the reader's format over every visible text (fp8lab.report.readable)
     Path(html_path).write_text(slim(body), encoding="utf-8")  # pruned CSS, palette PNGs (fp8lab.report.htmlslim)
     return Path(html_path)

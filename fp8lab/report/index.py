@@ -14,7 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fp8lab import summary_table as st
 from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.report.decision import decision_html
+from fp8lab.report.htmlexport import notebook_title
+from fp8lab.report.readable import tidy_page
+from fp8lab.summary_table import StudyRowsError, study_rows
 
 #: Summary key under which the claims audit (notebook 05) records its rows; ``write_index`` renders them.
 AUDIT_ROWS_KEY = "audit_rows"
@@ -270,25 +275,6 @@ def _claims_04(s: Mapping[str, Any]) -> list[tuple[str, str | None]]:
 _UNIT_TEXT: Mapping[str, str] = {"1": "", "fraction": "", "ratio": "", "bytes": "B"}
 
 
-class StudyRowsError(ValueError):
-    """A study's rows file that cannot be read or does not fit the schema (:func:`study_rows`)."""
-
-
-def study_rows(out_dir: str | Path, stem: str) -> list[dict[str, Any]] | None:
-    """The typed rows beside a study's summary in ``out_dir`` (``<stem>.rows.json``, :mod:`fp8lab.summary_table`,
-    validated on read), or None when the folder has none (a report rendered before the rows existed, or a study
-    that writes none). A file that is not JSON or does not fit the schema raises :class:`StudyRowsError`."""
-    from fp8lab import summary_table as st
-
-    path = Path(out_dir) / f"{stem}.rows.json"
-    if not path.is_file():
-        return None
-    try:
-        return st.read_rows(path)
-    except ValueError as exc:  # SpecError (a ValueError): a row off the schema; else not JSON
-        raise StudyRowsError(f"{path.name}: {exc}") from exc
-
-
 def _unit(row: Mapping[str, Any]) -> str:
     u = _UNIT_TEXT.get(row["unit"], row["unit"])
     return f" {u}" if u else ""
@@ -311,8 +297,6 @@ def fmt_row(row: Mapping[str, Any], digits: int = 3) -> str:
 
 def _pick(rows: Sequence[Mapping[str, Any]], **fields: Any) -> Mapping[str, Any] | None:
     """The one row with ``fields`` (:func:`fp8lab.summary_table.one`), or None when none or several have them."""
-    from fp8lab import summary_table as st
-
     try:
         return st.one(rows, **fields)
     except LookupError:
@@ -608,8 +592,6 @@ def _runs_line(e: dict[str, Any]) -> str:
 def _title(out_dir: Path, stem: str) -> str:
     import nbformat
 
-    from fp8lab.report.htmlexport import notebook_title
-
     for p in (out_dir / f"{stem}.ipynb", NOTEBOOKS_DIR / f"{stem}.ipynb"):
         try:
             t = notebook_title(nbformat.read(str(p), as_version=4))
@@ -641,8 +623,6 @@ def headline_html(summary: dict[str, Any]) -> str:
 def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
     """``index.html``: the decision box (:func:`fp8lab.report.decision.decision_html`), the headline, the claims audit's table, then one short block per study (its key numbers,
     rounded, with units; a link to its verdict; the device and vLLM of the runs it shows)."""
-    from fp8lab.report.decision import decision_html
-
     out_dir = Path(out_dir)
     audit, blocks = "", []
     for name, e in summary["notebooks"].items():
@@ -714,8 +694,6 @@ rendered {html.escape(str(summary.get("created_utc", "")))} by fp8lab {html.esca
 all numbers: <a href="summary.json">summary.json</a>.</small></p>
 {"".join(blocks)}
 </body></html>"""
-    from fp8lab.report.readable import tidy_page
-
     path = out_dir / "index.html"
     path.write_text(tidy_page(page), encoding="utf-8")  # the reader's format (fp8lab.report.readable)
     return path

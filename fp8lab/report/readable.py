@@ -24,6 +24,8 @@ import math
 import re
 from typing import Any
 
+from fp8lab.engine.result import classify_failure
+
 #: Column-name suffix -> the unit shown in the header.
 UNIT_SUFFIXES: dict[str, str] = {
     "_ms": "ms",
@@ -225,7 +227,7 @@ _PATH = re.compile(r"(?<![\w.])/(?:tmp|work|home|root|Users|mnt|scratch|private|
 _MISSING_CELL = re.compile(r"^\s*(?:nan|NaN|None|<NA>|&lt;NA&gt;|NaT)\s*$")
 
 
-def _sig(x: float) -> str:
+def sig(x: float) -> str:
     """A number in fixed notation with about three significant digits."""
     if x == 0:
         return "0"
@@ -242,8 +244,6 @@ def _short_path(m: re.Match) -> str:
 
 def sentence_for_error(text: str, short: bool = False) -> str:
     """A raw exception as a sentence with its classified cause (``fp8lab.engine.result.classify_failure``)."""
-    from fp8lab.engine.result import classify_failure
-
     m = _EXC.search(text)
     if not m:
         return tidy_text(text, cell=True) if not short else tidy_text(text, cell=True)[:160]
@@ -263,8 +263,8 @@ def tidy_text(text: str, cell: bool = False) -> str:
         return f"{NOT_MEASURED}: not recorded"
     if _EXC.search(text):
         text = sentence_for_error(text)
-    text = _SCI.sub(lambda m: _sig(float(m.group(1))), text)
-    text = _LONG.sub(lambda m: _sig(float(m.group(1))), text)
+    text = _SCI.sub(lambda m: sig(float(m.group(1))), text)
+    text = _LONG.sub(lambda m: sig(float(m.group(1))), text)
     text = _NEG_ZERO.sub(lambda m: ("±" if m.group(1).startswith("+") else "") + m.group(2), text)
     return _PATH.sub(_short_path, text)
 

@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fp8lab import summary_table
+from fp8lab.engine.devices import provenance
+from fp8lab.engine.procs import share_forkserver
 from fp8lab.paths import REPO_ROOT, runs_dir
 from fp8lab.profiles import (
     PROFILES_FILE,
@@ -33,6 +36,9 @@ from fp8lab.profiles import (
     parameters_for,
     resolved_parameters,
 )
+from fp8lab.report import htmlexport
+from fp8lab.report.degrade import notebook_for
+from fp8lab.report.htmlslim import link_summary_dump
 from fp8lab.report.index import (
     AUDIT_ROWS_KEY,
     HEADLINE_KEY,
@@ -49,6 +55,7 @@ from fp8lab.report.index import (
     study_rows,
     write_index,
 )
+from fp8lab.summary_table import parquet_path, rows_path
 
 
 def _clean(o: Any) -> Any:
@@ -85,8 +92,6 @@ def record_summary(
     ``show=False`` prints one line naming the file instead of the JSON (a summary that repeats a page's own table,
     as the claims audit's does, would double the page).
     """
-    from fp8lab import summary_table
-
     target = Path(path or os.environ.get("FP8LAB_SUMMARY_PATH") or runs_dir() / "summaries" / "last_summary.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     rows_file = summary_table.rows_path(target)
@@ -140,8 +145,6 @@ def ensure_kernel() -> str:
 
 def export_html(ipynb: Path, html_path: Path) -> Path:
     """The reader's HTML of an executed notebook: verdict first, code hidden, offline (:mod:`fp8lab.report.htmlexport`)."""
-    from fp8lab.report import htmlexport
-
     return htmlexport.export_html(ipynb, html_path)
 
 
@@ -170,8 +173,6 @@ def run_notebook(
         out_dir / f".{stem}.running.summary.json",
     )
     # the typed rows record_summary writes beside the summary (fp8lab.summary_table), renamed with it
-    from fp8lab.summary_table import parquet_path, rows_path
-
     rows_moves = [(rows_path(summary_path), rows_path(final_summary))]
     rows_moves.append((parquet_path(rows_moves[0][0]), parquet_path(rows_moves[0][1])))
     for f in (out_nb, out_html, summary_path, *(src for src, _ in rows_moves)):
@@ -190,11 +191,7 @@ def run_notebook(
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     t0 = time.perf_counter()
-    from fp8lab.engine.procs import share_forkserver
-
     share_forkserver()  # on a CPU, the kernels of this process's notebooks fork their engine workers from one server
-    from fp8lab.report.degrade import notebook_for
-
     # a study this device cannot answer (no native FP8 KV kernel) runs reduced: it says what was not measured and why
     notebook = notebook_for(notebook, params, Path(tempfile.mkdtemp(prefix="fp8lab-degraded-")))
     try:
@@ -239,8 +236,6 @@ def run_notebook(
             else:
                 dst.unlink(missing_ok=True)
         if final_html.exists() and final_summary.exists():  # the page links the summary beside it, not a copy
-            from fp8lab.report.htmlslim import link_summary_dump
-
             page = final_html.read_text(encoding="utf-8")
             linked = link_summary_dump(page, final_summary)
             if linked != page:
@@ -300,8 +295,6 @@ def run_profile(
     """Run notebooks on a profile into ``out_dir``: executed ``.ipynb``, ``.html``, ``index.html``, ``summary.json``
     (which also lists the notebooks an earlier run of the same profile left there: :func:`previous_entries`)."""
     from tqdm.auto import tqdm
-
-    from fp8lab.engine.devices import provenance
 
     profile = load_profile(profile_name)
     paths = list_notebooks(notebooks or profile.get("run"))  # a profile's `run:` list: its notebooks by default

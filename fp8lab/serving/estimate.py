@@ -82,7 +82,7 @@ def profile_estimate(profile: str, overrides: dict[str, Any] | None = None, gpu:
     """:func:`estimate_seconds` of notebook 01 under a profile (``fp8lab/profiles.yaml``), without starting
     anything: the parameters as papermill would pass them, engine starts of a fresh GPU host (``gpu``) or CPU."""
     from fp8lab.paths import NOTEBOOKS_DIR
-    from fp8lab.report.run import load_profile, resolved_parameters
+    from fp8lab.profiles import load_profile, resolved_parameters
 
     params = resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(profile), overrides)
     plan = plan_from_params(params)
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, SyntaxError):
             over[k] = v
     from fp8lab.paths import NOTEBOOKS_DIR
-    from fp8lab.report.run import load_profile, resolved_parameters
+    from fp8lab.profiles import load_profile, resolved_parameters
 
     est = profile_estimate(a.profile, over, gpu=not a.cpu)
     plan = plan_from_params(resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(a.profile), over))

@@ -22,8 +22,7 @@ from fp8lab import quality as q
 from fp8lab.engine.capability import kv_support
 from fp8lab.engine.fp8emu import emulated_label
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.profiles import tier_profile
-from fp8lab.report.run import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters, tier_profile
 
 pytestmark = pytest.mark.slow
 

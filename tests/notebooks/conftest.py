@@ -12,12 +12,13 @@ import pytest
 
 from fp8lab.engine.capability import kv_support
 from fp8lab.engine.fp8emu import emulated_label
-from fp8lab.profiles import tier_profile
+from fp8lab.profiles import load_profile, resolved_parameters, tier_profile
 from fp8lab.report import pagecheck
 from fp8lab.report.degrade import NATIVE_ONLY
-from fp8lab.report.run import load_profile, resolved_parameters, run_notebook
 
 #: Whether this device has the native FP8 KV kernel, read once at collection (before test_degraded.py switches it
+from fp8lab.report.run import run_notebook
+
 #: off for its own tests): as the root conftest decides which ``native_fp8`` tests run.
 NATIVE_FP8 = kv_support("fp8").native
 #: The tier's profile: cpu-ci, or cpu-ci-emulated where FP8 runs emulated (fp8lab/profiles.yaml says why).

@@ -17,7 +17,7 @@ import pytest
 
 from fp8lab.engine.run import check_model_limits, run_engine
 from fp8lab.paths import CONFIGS_DIR, REPO_ROOT
-from fp8lab.report.run import load_profiles
+from fp8lab.profiles import load_profiles
 from fp8lab.specs import BLOCK_SIZES, EngineSpec, Phase, Request, SpecError
 from fp8lab.workloads import parse_mix
 

@@ -13,7 +13,7 @@ import pytest
 from fp8lab import study
 from fp8lab.engine import results
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
-from fp8lab.report.run import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 
 H200 = REPO_ROOT / "reports" / "h200"
 

@@ -75,8 +75,7 @@ def test_a_real_model_quality_row_is_used(tmp_path):
 def test_gpu_quick_profile_runs_its_own_notebooks():
     """`fp8lab run --profile gpu-quick -p MODEL x` runs 00, 06 and 03 (the profile's `run:` list) with CUDA graphs,
     both engines alive at 0.45 each, batch 8 capped by its prefill budget, and quality on real weights."""
-    from fp8lab.profiles import list_notebooks
-    from fp8lab.report.run import load_profile, resolved_parameters
+    from fp8lab.profiles import list_notebooks, load_profile, resolved_parameters
 
     prof = load_profile("gpu-quick")
     paths = list_notebooks(prof["run"])

@@ -11,7 +11,7 @@ import pytest
 
 from fp8lab import prefix as px
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report.run import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 from fp8lab.specs import SpecError
 
 TINY = "data/models/fp8lab-tiny-qwen3"

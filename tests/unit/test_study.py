@@ -25,7 +25,7 @@ from fp8lab.errors import SpecError
 from fp8lab.longctx import study as s04
 from fp8lab.paths import NOTEBOOKS_DIR
 from fp8lab.prefix import study as s07
-from fp8lab.report.run import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 from fp8lab.specs import spec_hash
 
 

@@ -15,8 +15,8 @@ from fp8lab import audit, calibration, quality, study
 from fp8lab.calibration import study as s02
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
+from fp8lab.profiles import load_profile, resolved_parameters
 from fp8lab.quality import study as s03
-from fp8lab.report.run import load_profile, resolved_parameters
 
 MISSING = object()  # a parameter left out
 

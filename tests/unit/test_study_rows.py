@@ -21,7 +21,8 @@ from fp8lab.capacity import study as s00
 from fp8lab.engine import results
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
-from fp8lab.report.run import _clean, load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
+from fp8lab.report.run import _clean
 
 H200 = REPO_ROOT / "reports" / "h200"
 

@@ -18,7 +18,7 @@ from fp8lab import audit, decode, serving, study
 from fp8lab.decode import study as s06
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, TINY_MODEL_DIR
-from fp8lab.report.run import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 from fp8lab.serving import study as s01
 from fp8lab.specs import spec_hash
 
