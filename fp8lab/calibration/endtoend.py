@@ -16,7 +16,7 @@ from fp8lab.calibration.scales import ScaleSet
 EMULATED_SUFFIX = " (emulated)"  # fp8lab.engine.fp8emu.emulated_label
 
 
-def _fp8_base(qs: Any) -> str | None:
+def fp8_base(qs: Any) -> str | None:
     """The default-scale fp8 row of a quality summary that ran: native ``fp8``, else ``fp8 (emulated)``."""
     for lab in ("fp8", "fp8" + EMULATED_SUFFIX):
         if lab in qs.index and qs.loc[lab, "status"] == "ok":

@@ -110,14 +110,14 @@ from fp8lab.longctx.phases import (
     sweep_phases,
 )
 from fp8lab.longctx.ramp import (
-    _decode_overlap_peak as _decode_overlap_peak,  # tests read it here
-)
-from fp8lab.longctx.ramp import (
     blocksize_table,
     boundary_table,
     capacity_frontier,
     frontier_at_budgets,
     ramp_table,
+)
+from fp8lab.longctx.ramp import (
+    overlap_peak as overlap_peak,  # tests read it here
 )
 from fp8lab.longctx.run import EMULATED_ROLE, LongCtxResult, plan_table, ramp_max_model_len, run_study
 from fp8lab.longctx.spec import BASELINE, STUDY, LongCtxPlan

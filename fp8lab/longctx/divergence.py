@@ -13,7 +13,7 @@ import pandas as pd
 
 from fp8lab.longctx.documents import passkey_correct
 from fp8lab.longctx.phases import quality_documents
-from fp8lab.longctx.ramp import _stats
+from fp8lab.longctx.ramp import stats
 from fp8lab.longctx.run import EMULATED_ROLE, LongCtxResult
 from fp8lab.longctx.spec import BASELINE
 from fp8lab.specs import SpecError
@@ -318,7 +318,7 @@ def random_token_table(res: LongCtxResult, div_trend: pd.DataFrame | None = None
             rt, ta, tb = (ph[ph.tag == f"{k}-L{L}"] for k in ("randtok", "text-a", "text-b"))
             if rt.empty or ta.empty or tb.empty:
                 continue
-            r, a, b = _stats(rt), _stats(ta), _stats(tb)
+            r, a, b = stats(rt), stats(ta), stats(tb)
             rows.append(
                 {
                     "kv_dtype": dt,

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from fp8lab.quality.inputs import CopyItem, copy_task_items, greedy_phase, load_prompt_set, ppl_windows, study_phases
-from fp8lab.quality.metrics import _ids
+from fp8lab.quality.metrics import as_ids
 from fp8lab.quality.spec import BASELINE, KVConfig, QualitySpec
 from fp8lab.specs import (
     Phase,
@@ -42,7 +42,7 @@ class QualityRuns:
 
     def reference_outputs(self) -> dict[str, list[int]]:
         r = self.reference.records
-        return {t: _ids(ids) for t, ids in zip(r.tag, r.output_token_ids, strict=True)}
+        return {t: as_ids(ids) for t, ids in zip(r.tag, r.output_token_ids, strict=True)}
 
     def status_table(self) -> pd.DataFrame:
         """One row per engine run: label, dtype, model, status (a failure keeps its reason), timings."""
@@ -101,7 +101,7 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
     )
     if not ref.ok:
         raise RuntimeError(f"the baseline (auto) failed: {ref.status}: {ref.error}")
-    conts = {t: _ids(ids) for t, ids in zip(ref.records.tag, ref.records.output_token_ids, strict=True)}
+    conts = {t: as_ids(ids) for t, ids in zip(ref.records.tag, ref.records.output_token_ids, strict=True)}
     phases = study_phases(spec, prompts, conts, windows, task)
     from fp8lab.engine import fp8emu
     from fp8lab.engine.capability import emulation_note, kv_support

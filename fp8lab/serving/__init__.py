@@ -31,7 +31,7 @@ the study):
   (the plan and the notebook's side measurements: the study contract's ``Spec``).
 - :mod:`~fp8lab.serving.schedule`: the sweep, the capacity ladder, the phases and their paired order.
 - :mod:`~fp8lab.serving.estimate`: the time plan (:func:`estimate_seconds`, ``python -m fp8lab.serving``).
-- :mod:`~fp8lab.serving.paired`: the engine processes and the paired run (:func:`~fp8lab.serving.paired._run_paired`).
+- :mod:`~fp8lab.serving.paired`: the engine processes and the paired run (:func:`~fp8lab.serving.paired.run_paired`).
 - :mod:`~fp8lab.serving.run`: :func:`run_study` -> :class:`ServingResult`.
 - :mod:`~fp8lab.serving.tables`: capacity, throughput, latency, open loop, capacity search, roofline.
 - :mod:`~fp8lab.serving.deltas`: the headline metrics and their paired deltas, the noise floor, both methods.
@@ -51,12 +51,12 @@ from __future__ import annotations
 from fp8lab.serving.deltas import (
     DELTA_COLUMNS,
     Metric,
-    _per_trial,  # noqa: F401  (the unit tests call it on the package)
     delta_row,
     delta_table,
     headline_metrics,
     method_table,
     noise_floor_table,
+    per_trial,  # noqa: F401  (the unit tests call it on the package)
 )
 from fp8lab.serving.estimate import estimate_seconds, main, profile_estimate
 from fp8lab.serving.fidelity import (
@@ -108,10 +108,10 @@ from fp8lab.serving.tables import (
     throughput_table,
 )
 from fp8lab.serving.verdict import (
-    _tput_point,  # noqa: F401  (the unit tests call it on the package)
     delta_line,
     fidelity_line,
     preemption_line,
+    tput_point,  # noqa: F401  (the unit tests call it on the package)
     verdict,
 )
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fp8lab.serving.schedule import _tagged
+from fp8lab.serving.schedule import tagged_requests
 from fp8lab.specs import EngineSpec, Phase, check_float, check_int, resolve_model
 from fp8lab.workloads import PromptSource, RequestClass, build_requests
 
@@ -169,7 +169,7 @@ def run_fp8lab_offline(
         phases.append(
             Phase(
                 "warmup",
-                _tagged(
+                tagged_requests(
                     build_requests(spec.model, cls, num_warmups, source=prompt_source, seed=seed + 1),
                     tag,
                     temperature=temperature,
@@ -179,7 +179,7 @@ def run_fp8lab_offline(
     phases.append(
         Phase(
             "main",
-            _tagged(
+            tagged_requests(
                 build_requests(spec.model, cls, num_prompts, source=prompt_source, seed=seed),
                 tag,
                 temperature=temperature,

@@ -1,6 +1,6 @@
 """Study 01's paired design on the engines: one engine process per kv dtype (:class:`_EngineProc`, running
 :mod:`fp8lab.serving.worker`), both alive, phases interleaved by :func:`~fp8lab.serving.schedule.paired_schedule`
-(:func:`_run_paired`); each finished phase kept at once so a run cut short resumes, and every (trial, dtype) saved
+(:func:`run_paired`); each finished phase kept at once so a run cut short resumes, and every (trial, dtype) saved
 as an ordinary run of the results store (:mod:`fp8lab.engine.results`) once all are in."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fp8lab.serving.schedule import _plan_phases, paired_schedule, phase_payload, trial_order
+from fp8lab.serving.schedule import paired_schedule, phase_payload, plan_phases, trial_order
 from fp8lab.serving.spec import ServingPlan
 from fp8lab.specs import EngineSpec
 
@@ -101,7 +101,7 @@ class _EngineProc:
             self.proc.kill()
 
 
-def _run_paired(
+def run_paired(
     plan: ServingPlan,
     study: str,
     conc: tuple[int, ...],
@@ -120,7 +120,7 @@ def _run_paired(
     from fp8lab.paths import runs_dir
     from fp8lab.specs import spec_hash
 
-    phases = _plan_phases(plan, conc, cap_pred)
+    phases = plan_phases(plan, conc, cap_pred)
     names = {d: {t: [p.name for p in ps] for t, ps in by_t.items()} for d, by_t in phases.items()}
     sched = paired_schedule(names, plan.kv_dtypes, plan.trials)
     design = {

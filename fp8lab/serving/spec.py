@@ -32,14 +32,14 @@ STUDY = "01_kv_dtype_auto_vs_fp8"
 DEFAULT_BLOCK_SIZE = {"gpu": 16, "cpu": 128}
 
 
-def _on_gpu() -> bool:
+def on_gpu() -> bool:
     from fp8lab.engine.devices import gpu_facts  # NVML only: never initialises CUDA in the caller
 
     return bool(gpu_facts())
 
 
 def default_block_size() -> int:
-    return DEFAULT_BLOCK_SIZE["gpu" if _on_gpu() else "cpu"]
+    return DEFAULT_BLOCK_SIZE["gpu" if on_gpu() else "cpu"]
 
 
 @dataclass(frozen=True)

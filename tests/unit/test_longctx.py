@@ -303,9 +303,9 @@ def test_crossovers():
 
 def test_decode_overlap_peak():
     g = pd.DataFrame({"sent_s": [0.0, 0.0], "ttft_s": [1.0, 2.0], "e2e_s": [3.0, 4.0]})
-    assert lc._decode_overlap_peak(g) == 2  # [1, 3] and [2, 4] overlap
+    assert lc.overlap_peak(g) == 2  # [1, 3] and [2, 4] overlap
     g = pd.DataFrame({"sent_s": [0.0, 0.0], "ttft_s": [1.0, 3.5], "e2e_s": [3.0, 4.0]})
-    assert lc._decode_overlap_peak(g) == 1  # the second one decodes after the first finished
+    assert lc.overlap_peak(g) == 1  # the second one decodes after the first finished
 
 
 # ------------------------------------------------------------------------------------------ divergence

@@ -189,7 +189,7 @@ def test_roundtrip_table_and_summary():
 def test_attention_reference_matches_torch_sdpa():
     cap = _fake_capture()
     qq, k, v = (x.float() for x in cap.sequences(0)[1])
-    out, probs = q._attention(qq, k, v, cap.head_dim**-0.5)
+    out, probs = q.causal_attention(qq, k, v, cap.head_dim**-0.5)
     ref = torch.nn.functional.scaled_dot_product_attention(
         qq.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
     ).transpose(0, 1)

@@ -138,8 +138,8 @@ def test_preemption_line_on_the_shipped_model_records(tmp_path):
 
 
 def test_throughput_points_name_the_method():
-    assert serving._tput_point("output tok/s @c=32") == "c=32"
-    assert serving._tput_point("output tok/s (no stream) @c=32") == "c=32 (no stream)"
+    assert serving.tput_point("output tok/s @c=32") == "c=32"
+    assert serving.tput_point("output tok/s (no stream) @c=32") == "c=32 (no stream)"
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -152,8 +152,8 @@ def test_latency_percentiles_are_taken_per_trial_not_pooled():
 
     values = np.array([1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 4.0])
     trials = np.array([0, 0, 0, 1, 1, 1, 1])
-    assert serving._per_trial(values, trials, "p50") == {0: 2.0, 1: 15.0}  # pooled, the median would be 4.0
-    assert serving._per_trial(values, trials, "p99") == pytest.approx({0: 2.98, 1: 29.7})
+    assert serving.per_trial(values, trials, "p50") == {0: 2.0, 1: 15.0}  # pooled, the median would be 4.0
+    assert serving.per_trial(values, trials, "p99") == pytest.approx({0: 2.98, 1: 29.7})
 
 
 def test_delta_row_on_five_paired_trials():
