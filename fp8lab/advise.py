@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fp8lab import kvmath, roofline
+from fp8lab.decode.study import NAME as DECODE_STUDY
 from fp8lab.errors import SpecError
 from fp8lab.paths import REPO_ROOT
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # fp8lab.stats imports numpy and pandas: loaded where a fit i
     from fp8lab.stats import LinearFit
 
 REFERENCE = REPO_ROOT / "reports" / "h200"
-DECODE = "06_decode_speed"
+DECODE = DECODE_STUDY  # the decode-speed study's page, whose fits advise reads
 H200_SHEET_GBS = 4800.0
 #: name -> (memory GiB, data-sheet bandwidth GB/s); the H200's bandwidth is replaced by the reference's measured one.
 GPU_PRESETS: dict[str, tuple[float, float]] = {

@@ -40,16 +40,8 @@ from fp8lab.errors import SpecError
 from fp8lab.kvformats import FORMATS
 from fp8lab.paths import TINY_MODEL_NAME
 
-#: Studies that write rows (the notebook prefix each belongs to, for readers that go by notebook).
-STUDIES: Mapping[str, str] = {
-    "kv_memory": "00",
-    "serving": "01",
-    "calibration": "02",
-    "quality": "03",
-    "long_context": "04",
-    "decode": "06",
-    "prefix_cache": "07",
-}
+#: The studies that write rows, by the name a row's ``study`` field gives (each study's summary module writes its own).
+STUDIES: tuple[str, ...] = ("kv_memory", "serving", "calibration", "quality", "long_context", "decode", "prefix_cache")
 #: Units a value may have (a change against a baseline is in ``%``, ``pp`` or the figure's own unit).
 UNITS: tuple[str, ...] = (
     "%",  # relative change, percent

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fp8lab.calibration.scales import ScaleSet
+from fp8lab.quality.spec import STUDY as QUALITY_STUDY
 
 EMULATED_SUFFIX = " (emulated)"  # fp8lab.engine.fp8emu.emulated_label
 
@@ -42,7 +43,7 @@ def quality_phases(runs: Any) -> list[Any]:
 DYNAMIC_LABEL = "fp8+dynamic"
 
 
-def run_dynamic(runs: Any, study: str = "03_quality") -> tuple[Any, dict[str, Any]]:
+def run_dynamic(runs: Any, study: str = QUALITY_STUDY) -> tuple[Any, dict[str, Any]]:
     """(c) on the engine: fp8 with ``calculate_kv_scales=True`` on Study 03's requests.
 
     Returns ``(runs with the config added, outcome)``; ``outcome``: ``status`` (the engine's),

@@ -41,6 +41,8 @@ from fp8lab.specs import check_float
 from fp8lab.study import Verdict
 
 NAME = "06_decode_speed"
+#: What only the native FP8 KV kernel can measure (:func:`fp8lab.report.degrade.gate`).
+NATIVE_ONLY = "decode step time"
 #: The claims audit's claims this study is the evidence of, each with the audit's per-report rule that judges it.
 CLAIMS: dict[str, str] = {
     "6b": "rule_long_speed",

@@ -16,15 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fp8lab import kvmath
+from fp8lab import kvmath, studies
 from fp8lab.engine.capability import kv_support, report
 from fp8lab.specs import resolve_model
-
-#: Notebook number -> what it measures that needs the native FP8 kernel.
-NATIVE_ONLY: dict[str, str] = {
-    "01": "serving throughput, latency and measured KV capacity",
-    "06": "decode step time",
-}
 
 DEFAULT_DTYPES = ("auto", "fp8")
 
@@ -36,8 +30,9 @@ def _dtypes(params: dict[str, Any]) -> list[str]:
 
 def gate(notebook: str | Path, params: dict[str, Any]) -> str | None:
     """The one sentence saying what ``notebook`` will not measure here and why, or None when it runs in full."""
-    num = Path(notebook).name[:2]
-    if num not in NATIVE_ONLY:
+    study = studies.for_page(Path(notebook).stem)
+    native_only = getattr(study, "NATIVE_ONLY", None)
+    if not native_only:
         return None
     model = resolve_model(str(params["MODEL"])) if params.get("MODEL") else None
     missing = [d for d in _dtypes(params) if not kv_support(d, model).native]
@@ -45,7 +40,7 @@ def gate(notebook: str | Path, params: dict[str, Any]) -> str | None:
         return None
     reason = kv_support(missing[0], model).reason
     return (
-        f"Not measured: the {NATIVE_ONLY[num]} of kv_cache_dtype {', '.join(missing)}, because {reason}; "
+        f"Not measured: the {native_only} of kv_cache_dtype {', '.join(missing)}, because {reason}; "
         "an emulated FP8 cache cannot stand in for speed or capacity, so this study ran no engine and the "
         "capacities below are the formula's prediction."
     )
@@ -145,4 +140,4 @@ def notebook_for(notebook: Path, params: dict[str, Any], work_dir: Path) -> Path
     return out
 
 
-__all__ = ["NATIVE_ONLY", "gate", "notebook_for", "predicted_capacity", "summary"]
+__all__ = ["gate", "notebook_for", "predicted_capacity", "summary"]

@@ -44,6 +44,9 @@ from fp8lab.serving.verdict import verdict
 from fp8lab.study import Verdict
 
 NAME = "01_kv_dtype_auto_vs_fp8"
+#: What only the native FP8 KV kernel can measure here (an emulated cache is bf16-sized and slower): the report runs
+#: no engine for it where the kernel is missing (:func:`fp8lab.report.degrade.gate`).
+NATIVE_ONLY = "serving throughput, latency and measured KV capacity"
 #: The claims audit's claims this study is the evidence of (:data:`fp8lab.audit.CLAIMS`), each with the audit's
 #: per-report rule that judges it (a function of :mod:`fp8lab.audit`) and what ``n`` counts.
 CLAIMS: dict[str, tuple[str, str]] = {

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from test_longctx import TINY, _fake_runner
 
-from fp8lab import audit, study
+from fp8lab import audit, studies, study
 from fp8lab import longctx as lc
 from fp8lab import prefix as px
 from fp8lab.audit import study as s05
@@ -31,7 +31,7 @@ from fp8lab.specs import spec_hash
 
 # ------------------------------------------------------------------------------------------ the contract itself
 def test_every_registered_study_satisfies_the_contract():
-    assert set(study.STUDIES) == {
+    assert set(studies.names()) == {
         "00_kv_memory_estimation",
         "01_kv_dtype_auto_vs_fp8",
         "02_calibration_32_tokens",
@@ -42,8 +42,8 @@ def test_every_registered_study_satisfies_the_contract():
         "07_prefix_cache",
         "08_kv_dtype_matrix",
     }
-    for name in study.STUDIES:
-        mod = study.load(name)
+    for name in studies.names():
+        mod = studies.load(name)
         assert study.missing(mod) == [] and study.check(mod) is mod
         assert mod.NAME == name and (NOTEBOOKS_DIR / f"{name}.ipynb").is_file()
         assert isinstance(mod, study.Study)  # the runtime-checkable Protocol: NAME, Spec, run
@@ -81,7 +81,7 @@ def test_load_refuses_an_unregistered_study():
     with pytest.raises(
         KeyError, match=re.escape("registered are 00_kv_memory_estimation | 01_kv_dtype_auto_vs_fp8 | 02_cal")
     ):
-        study.load("08_nothing")
+        studies.load("08_nothing")
 
 
 def test_verdict_words_are_the_audits():
@@ -175,7 +175,7 @@ def test_a_bad_parameter_is_a_spec_error_naming_the_field(name, bad, spec_name, 
 
     monkeypatch.setattr(results, "run_cached", no_engine)
     p = {k: v for k, v in (_params(name) | bad).items() if v is not MISSING}
-    mod = study.load(name)
+    mod = studies.load(name)
     with pytest.raises(SpecError) as e:
         mod.Spec.from_params(p)
     assert (e.value.spec, e.value.field) == (spec_name, field)

@@ -15,7 +15,7 @@ import re
 import pytest
 from test_kvmath import TINY, _fake_engine
 
-from fp8lab import study
+from fp8lab import studies, study
 from fp8lab import summary_table as st
 from fp8lab.capacity import study as s00
 from fp8lab.engine import results
@@ -29,7 +29,7 @@ H200 = REPO_ROOT / "reports" / "h200"
 
 # ------------------------------------------------------------------------------------------------ Study 00
 def test_study_00_satisfies_the_contract():
-    assert study.check(s00) is s00 and study.load(s00.NAME) is s00 and s00.NAME in study.STUDIES
+    assert study.check(s00) is s00 and studies.load(s00.NAME) is s00 and s00.NAME in studies.names()
     assert (NOTEBOOKS_DIR / f"{s00.NAME}.ipynb").is_file()
 
 
