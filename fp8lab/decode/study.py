@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.decode.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.decode.run import DecodeRun, find_run, run_decode, store_bandwidth
 from fp8lab.decode.spec import DecodeSpec, plan
 from fp8lab.decode.summary import summary, summary_rows

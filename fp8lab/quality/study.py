@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab.paths import in_store
+from fp8lab.quality.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.quality.roundtrip import (
     attention_error_table,
     capture_prompts,

@@ -24,6 +24,7 @@ from typing import Any
 from fp8lab import summary_table
 from fp8lab.engine.devices import provenance
 from fp8lab.engine.procs import share_forkserver
+from fp8lab.keynumbers import fmt_number, fmt_row
 from fp8lab.paths import REPO_ROOT, runs_dir
 from fp8lab.profiles import (
     PROFILES_FILE,
@@ -45,8 +46,6 @@ from fp8lab.report.index import (
     StudyRowsError,
     audit_html,
     compare_summaries,
-    fmt_number,
-    fmt_row,
     headline_html,
     key_numbers,
     key_numbers_from_rows,

@@ -26,6 +26,7 @@ from typing import Any
 from fp8lab.paths import in_store
 from fp8lab.serving.deltas import delta_table, method_table, noise_floor_table
 from fp8lab.serving.fidelity import fidelity_check
+from fp8lab.serving.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.serving.run import ServingResult, run_study
 from fp8lab.serving.spec import ServingSpec
 from fp8lab.serving.summary import run_device, summary_rows, summary_values

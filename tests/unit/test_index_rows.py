@@ -17,8 +17,9 @@ from test_metrics import _FakeEngine, _plan, engine  # noqa: F401 - the fake pai
 
 from fp8lab import serving
 from fp8lab import summary_table as st
+from fp8lab.keynumbers import fmt_number, fmt_row
 from fp8lab.paths import REPO_ROOT
-from fp8lab.report.index import fmt_number, fmt_row, key_numbers, key_numbers_from_summary, study_rows
+from fp8lab.report.index import key_numbers, key_numbers_from_summary, study_rows
 from fp8lab.report.run import record_summary, write_index
 
 H200 = REPO_ROOT / "reports" / "h200"

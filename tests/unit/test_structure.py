@@ -166,8 +166,6 @@ STILL_NUMBERED = {
     "fp8lab/audit/rules_quality.py": 14,
     "fp8lab/audit/rules_seeds.py": 11,
     "fp8lab/audit/rules_serving.py": 17,
-    # the index's key numbers, until each study gives its own (study.key_numbers)
-    "fp8lab/report/index.py": 14,
 }
 
 
