@@ -81,7 +81,7 @@ REDUCED_KEYS = frozenset(
 @pytest.fixture(scope="session")
 def not_measured() -> Callable[..., None]:
     """``check(summary, number, *keys)``: the reduced page of study ``number`` (a speed study on a device without the
-    kernel, :data:`fp8lab.report.degrade.NATIVE_ONLY`) says that, and why, fp8's figures were not measured, records only
+    kernel, the study's ``NATIVE_ONLY``, :func:`fp8lab.report.degrade.gate`) says that, and why, fp8's figures were not measured, records only
     :data:`REDUCED_KEYS` and so none of ``keys``."""
 
     def check(summary: dict, number: str, *keys: str) -> None:
