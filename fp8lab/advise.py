@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fp8lab import kvmath, roofline
+from fp8lab import kvmath, roofline, studies
 from fp8lab.errors import SpecError
 from fp8lab.paths import REPO_ROOT
 
@@ -41,7 +41,14 @@ if TYPE_CHECKING:  # fp8lab.stats imports numpy and pandas: loaded where a fit i
     from fp8lab.stats import LinearFit
 
 REFERENCE = REPO_ROOT / "reports" / "h200" / "decode-2026-11"
-DECODE = "06_decode_speed"
+
+
+def _decode_page() -> str:
+    """The decode-speed study's page stem (its own ``NAME``, through the registry), whose fits advise reads; asked
+    when advise runs, so building the CLI's parser loads no study."""
+    return studies.of_package("decode").NAME
+
+
 H200_SHEET_GBS = 4800.0
 #: name -> (memory GiB, data-sheet bandwidth GB/s); the H200's bandwidth is replaced by the reference's measured one.
 GPU_PRESETS: dict[str, tuple[float, float]] = {
@@ -95,9 +102,11 @@ def fit_points(points: Sequence[dict[str, Any]], kv_dtype: str, batch: int) -> F
 def load_reference(report_dir: str | Path = REFERENCE, points: Sequence[dict[str, Any]] | None = None) -> Reference:
     """The reference's fits from its Study 06 summary (``points``: a subset of its points to fit on instead)."""
     d = Path(report_dir).absolute()
-    path = d / f"{DECODE}.summary.json"
+    path = d / f"{_decode_page()}.summary.json"
     if not path.is_file():
-        raise SpecError("advise", "reference", str(report_dir), f"a report folder holding {DECODE}.summary.json")
+        raise SpecError(
+            "advise", "reference", str(report_dir), f"a report folder holding {_decode_page()}.summary.json"
+        )
     s = json.loads(path.read_text(encoding="utf-8"))
     pts = [p for p in (points if points is not None else s["points"]) if p.get("full_batch", True)]
     fits = {}
@@ -195,7 +204,7 @@ def predict_step(
 
 
 def _n(x: float, d: int = 0) -> str:
-    from fp8lab.readable import fmt_number
+    from fp8lab.report.readable import fmt_number
 
     return fmt_number(x, d)
 
@@ -416,9 +425,9 @@ def validate_shape(reference: str | Path, other: str | Path, model: str | Path |
     from fp8lab.specs import resolve_model
 
     ref = load_reference(reference)
-    path = Path(other) / f"{DECODE}.summary.json"
+    path = Path(other) / f"{_decode_page()}.summary.json"
     if not path.is_file():
-        raise SpecError("advise", "shape", str(other), f"a report folder holding {DECODE}.summary.json")
+        raise SpecError("advise", "shape", str(other), f"a report folder holding {_decode_page()}.summary.json")
     s = json.loads(path.read_text(encoding="utf-8"))
     name = str(model or s["model"])
     cfg = REPO_ROOT / "data" / "configs" / name

@@ -6,7 +6,7 @@ the predicted decode step from the H200 fits (:mod:`fp8lab.advise`; ``--validate
 ``fp8lab run [--profile NAME] [--out DIR] [notebooks...]``: execute the studies headlessly and write
 HTML reports, ``index.html`` and ``summary.json``.
 ``fp8lab doctor [--model DIR] [--json] [--probe]``: which KV dtypes run natively here, and why not
-(:mod:`fp8lab.capability`), and every KV format the installed vLLM accepts: starts here or why not
+(:mod:`fp8lab.engine.capability`), and every KV format the installed vLLM accepts: starts here or why not
 (:mod:`fp8lab.dtypes.doctor`: a stored Study 08 run of this machine, else vLLM's own answer; ``--probe`` starts one
 small engine per format that answer does not refuse).
 ``fp8lab model [--check] [--gguf PATH] [--force] [--path]``: make (or check) the real model, SmolLM2-135M-Instruct,
@@ -36,7 +36,7 @@ def _parse_value(name: str, text: str):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fp8lab.report import run_profile
+    from fp8lab.report.run import run_profile
 
     overrides = {name: _parse_value(name, value) for name, value in (args.param or [])}
     out = Path(args.out or f"reports/{args.profile}")
@@ -54,7 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from fp8lab.results import phase_table
+    from fp8lab.engine.results import phase_table
 
     root = Path(args.root) if args.root else None
     table = phase_table(args.study, root)
@@ -72,7 +72,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from fp8lab.report import compare_summaries
+    from fp8lab.report.run import compare_summaries
 
     try:
         table = compare_summaries(args.reports, args.notebook, args.keys)
@@ -84,7 +84,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from fp8lab.report import load_profiles
+    from fp8lab.profiles import load_profiles
 
     profiles = load_profiles()
     if args.json:
@@ -96,8 +96,8 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from fp8lab.capability import format_report, report
     from fp8lab.dtypes.doctor import format_matrix, machine_matrix
+    from fp8lab.engine.capability import format_report, report
     from fp8lab.specs import resolve_model
 
     model = resolve_model(args.model) if args.model else None

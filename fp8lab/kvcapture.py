@@ -110,7 +110,7 @@ def _register() -> None:
     AttentionMaskInterface.register(CAPTURE_ATTN, sdpa_mask)
 
 
-def _model_dtype(model_path: str, dtype: str) -> torch.dtype:
+def model_dtype(model_path: str, dtype: str) -> torch.dtype:
     if dtype != "auto":
         return getattr(torch, dtype)
     cfg_path = Path(model_path) / "config.json"
@@ -142,7 +142,7 @@ def capture_kv(
     if not seqs or any(len(s) == 0 for s in seqs):
         raise SpecError("capture_kv", "token_id_batches", len(seqs), "at least one non-empty token-id sequence")
     path = resolve_model(model_path)
-    torch_dtype = _model_dtype(path, dtype)
+    torch_dtype = model_dtype(path, dtype)
     _register()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=CAPTURE_ATTN)
     model.to(device).eval()

@@ -41,12 +41,12 @@ def _fail(field_name: str, value: Any, allowed: str, spec: str = "config") -> Sp
     return SpecError(spec, field_name, value, allowed)
 
 
-def _is_int(v: Any) -> TypeGuard[int]:
+def is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _need_int(value: Any, field_name: str, lo: int = 1, spec: str = "kvmath") -> int:
-    if not _is_int(value) or value < lo:
+def need_int(value: Any, field_name: str, lo: int = 1, spec: str = "kvmath") -> int:
+    if not is_int(value) or value < lo:
         raise _fail(field_name, value, f"an integer >= {lo}", spec)
     return value
 
@@ -88,18 +88,18 @@ class KVLayout:
         object.__setattr__(self, "layer_kinds", tuple(self.layer_kinds))
         object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
         for name in ("num_layers", "num_attention_heads", "num_kv_heads", "head_dim"):
-            _need_int(getattr(self, name), name, 1, "KVLayout")
-        _need_int(self.v_head_dim, "v_head_dim", 0, "KVLayout")
+            need_int(getattr(self, name), name, 1, "KVLayout")
+        need_int(self.v_head_dim, "v_head_dim", 0, "KVLayout")
         if len(self.layer_kinds) != self.num_layers:
             raise _fail("layer_kinds", self.layer_kinds, f"one kind per layer ({self.num_layers})", "KVLayout")
         bad = sorted(set(self.layer_kinds) - set(get_args(AttentionKind)))
         if bad:
             raise _fail("layer_kinds", bad[0], "allowed: " + " | ".join(get_args(AttentionKind)), "KVLayout")
         if "sliding" in self.layer_kinds:
-            _need_int(self.sliding_window, "sliding_window", 1, "KVLayout")
+            need_int(self.sliding_window, "sliding_window", 1, "KVLayout")
         if "mla" in self.layer_kinds:
-            _need_int(self.kv_lora_rank, "kv_lora_rank", 1, "KVLayout")
-            _need_int(self.qk_rope_head_dim, "qk_rope_head_dim", 0, "KVLayout")
+            need_int(self.kv_lora_rank, "kv_lora_rank", 1, "KVLayout")
+            need_int(self.qk_rope_head_dim, "qk_rope_head_dim", 0, "KVLayout")
         if self.torch_dtype is not None and self.torch_dtype not in TORCH_DTYPE_BYTES:
             raise _fail("torch_dtype", self.torch_dtype, "allowed: " + " | ".join(TORCH_DTYPE_BYTES), "KVLayout")
 
@@ -185,7 +185,7 @@ def text_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _first(c: Mapping[str, Any], *keys: str) -> Any:
+def first(c: Mapping[str, Any], *keys: str) -> Any:
     for k in keys:
         if c.get(k) is not None:
             return c[k]
@@ -193,19 +193,19 @@ def _first(c: Mapping[str, Any], *keys: str) -> Any:
 
 
 @overload
-def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: Literal[True] = True) -> int: ...
+def cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: Literal[True] = True) -> int: ...
 @overload
-def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: bool) -> int | None: ...
-def _cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: bool = True) -> int | None:
-    v = _first(c, *keys)
+def cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: bool) -> int | None: ...
+def cfg_int(c: Mapping[str, Any], keys: tuple[str, ...], what: str, required: bool = True) -> int | None:
+    v = first(c, *keys)
     if v is None and not required:
         return None
-    if not _is_int(v) or v < 1:
+    if not is_int(v) or v < 1:
         raise _fail(keys[0], v, f"a positive integer ({what})")
     return v
 
 
-def _norm_dtype(v: Any) -> str | None:
+def norm_dtype(v: Any) -> str | None:
     if v is None:
         return None
     s = str(v).removeprefix("torch.")
@@ -227,7 +227,7 @@ def _layer_kinds(c: Mapping[str, Any], n: int, model_type: str) -> tuple[tuple[s
     window = c.get("sliding_window")
     if window == 0:  # vLLM reads sliding_window=0 as "disabled" (config/model.py)
         window = None
-    if window is not None and (not _is_int(window) or window < 1):
+    if window is not None and (not is_int(window) or window < 1):
         raise _fail("sliding_window", window, "a positive integer or null")
     layer_types = c.get("layer_types")
     if layer_types is not None:
@@ -247,7 +247,7 @@ def _layer_kinds(c: Mapping[str, Any], n: int, model_type: str) -> tuple[tuple[s
         return ("full",) * n, None
     if c.get("use_sliding_window") is True:
         mwl = c.get("max_window_layers", n)
-        if not _is_int(mwl) or mwl < 0:
+        if not is_int(mwl) or mwl < 0:
             raise _fail("max_window_layers", mwl, "an integer >= 0 (layers below it use full attention)")
         kinds = tuple("sliding" if i >= mwl else "full" for i in range(n))
     else:
@@ -255,7 +255,7 @@ def _layer_kinds(c: Mapping[str, Any], n: int, model_type: str) -> tuple[tuple[s
         if pattern is None and model_type.startswith("gemma3"):
             pattern = 6  # transformers' Gemma3TextConfig default
         if pattern is not None:
-            if not _is_int(pattern) or pattern < 1:
+            if not is_int(pattern) or pattern < 1:
                 raise _fail("sliding_window_pattern", pattern, "a positive integer")
             kinds = tuple("full" if (i + 1) % pattern == 0 else "sliding" for i in range(n))
         elif model_type == "gemma2":
@@ -294,9 +294,9 @@ def model_max_len(config: Mapping[str, Any] | str | Path) -> tuple[int | None, s
     key: str | None = None
     for k in MAX_LEN_KEYS:
         v = c.get(k)
-        if _is_int(v) and v > 0 and (best is None or v < best):
+        if is_int(v) and v > 0 and (best is None or v < best):
             best, key = v, k
-    if _is_int(c.get("model_max_length")) and c["model_max_length"] > 0:
+    if is_int(c.get("model_max_length")) and c["model_max_length"] > 0:
         best, key = c["model_max_length"], "model_max_length"
     if best is None:
         return None, None
@@ -318,15 +318,15 @@ def layout_from_config(cfg: Mapping[str, Any], name: str = "config") -> KVLayout
     """
     c = text_config(cfg)
     model_type = str(c.get("model_type") or cfg.get("model_type") or "unknown")
-    n = _cfg_int(c, ("num_hidden_layers", "n_layer", "num_layers"), "number of decoder layers")
-    heads = _cfg_int(c, ("num_attention_heads", "n_head"), "number of query heads")
-    dtype = _norm_dtype(_first(c, "torch_dtype", "dtype"))
-    max_pos = _first(c, "max_position_embeddings")
-    max_pos = max_pos if _is_int(max_pos) else None
+    n = cfg_int(c, ("num_hidden_layers", "n_layer", "num_layers"), "number of decoder layers")
+    heads = cfg_int(c, ("num_attention_heads", "n_head"), "number of query heads")
+    dtype = norm_dtype(first(c, "torch_dtype", "dtype"))
+    max_pos = first(c, "max_position_embeddings")
+    max_pos = max_pos if is_int(max_pos) else None
     if c.get("kv_lora_rank") is not None:  # DeepSeek-V2/V3 multi-head latent attention
-        rank = _cfg_int(c, ("kv_lora_rank",), "MLA latent width d_c")
+        rank = cfg_int(c, ("kv_lora_rank",), "MLA latent width d_c")
         rope = c.get("qk_rope_head_dim")
-        if not _is_int(rope) or rope < 0:
+        if not is_int(rope) or rope < 0:
             raise _fail("qk_rope_head_dim", rope, "an integer >= 0 (MLA decoupled RoPE key width d_h^R)")
         return KVLayout(
             name=name,
@@ -343,20 +343,20 @@ def layout_from_config(cfg: Mapping[str, Any], name: str = "config") -> KVLayout
             max_position_embeddings=max_pos,
             config=c,
         )
-    kv_heads = _first(c, "num_key_value_heads", "num_kv_heads")
+    kv_heads = first(c, "num_key_value_heads", "num_kv_heads")
     if kv_heads is None:
         kv_heads = 1 if c.get("multi_query") else heads  # MQA flag (Falcon/StarCoder), else MHA
-    if not _is_int(kv_heads) or kv_heads < 1:
+    if not is_int(kv_heads) or kv_heads < 1:
         raise _fail("num_key_value_heads", kv_heads, "a positive integer (K/V heads; absent means MHA)")
     head_dim = c.get("head_dim")
     if head_dim is None:
-        hidden = _cfg_int(c, ("hidden_size", "n_embd", "d_model"), "model width, used for head_dim = hidden / heads")
+        hidden = cfg_int(c, ("hidden_size", "n_embd", "d_model"), "model width, used for head_dim = hidden / heads")
         if hidden % heads:
             raise _fail(
                 "head_dim", None, f"an explicit head_dim (hidden_size {hidden} is not a multiple of {heads} heads)"
             )
         head_dim = hidden // heads
-    if not _is_int(head_dim) or head_dim < 1:
+    if not is_int(head_dim) or head_dim < 1:
         raise _fail("head_dim", head_dim, "a positive integer")
     kinds, window = _layer_kinds(c, n, model_type)
     return KVLayout(

@@ -53,14 +53,14 @@ from fp8lab.kvlayout import (
     AttentionKind,
     KVLayout,
     LayoutLike,
-    _is_int,
-    _need_int,
-    _norm_dtype,
     config_path,
+    is_int,
     layout_from_config,
     load_config,
     load_layout,
     model_max_len,
+    need_int,
+    norm_dtype,
     text_config,
 )
 from fp8lab.kvweights import WEIGHT_DTYPE_BYTES, estimate_param_bytes, estimate_param_count
@@ -95,7 +95,7 @@ def dtype_bytes(kv_dtype: str, torch_dtype: str | None) -> int:
             "a model dtype (bfloat16 | float16 | float32) for kv_dtype='auto'; "
             "or pass an explicit kv_dtype (bfloat16 | float16 | fp8)",
         )
-    dt = _norm_dtype(torch_dtype)
+    dt = norm_dtype(torch_dtype)
     return TORCH_DTYPE_BYTES[dt]  # type: ignore[index]
 
 
@@ -103,7 +103,7 @@ def kv_heads_per_rank(layout: KVLayout, tp: int = 1) -> int:
     """K/V heads cached on one TP rank: ``max(1, num_kv_heads // tp)`` (replicated when ``tp > num_kv_heads``);
     always 1 for MLA (the latent is not split across ranks). vLLM requires ``num_kv_heads`` and ``tp`` to
     divide one another; other combinations raise."""
-    _need_int(tp, "tp")
+    need_int(tp, "tp")
     if layout.is_mla:
         return 1
     kv = layout.num_kv_heads
@@ -121,7 +121,7 @@ def layer_bytes_per_token(
     formats: :func:`fp8lab.kvformats.slot_bytes`). A layer vLLM keeps in the model dtype (TurboQuant's boundary
     layers, ``skip_layers`` = ``kv_cache_dtype_skip_layers``) costs ``auto`` bytes."""
     lay = load_layout(layout)
-    if not (_is_int(layer) and 0 <= layer < lay.num_layers):
+    if not (is_int(layer) and 0 <= layer < lay.num_layers):
         raise SpecError("kvmath", "layer", layer, f"an integer in [0, {lay.num_layers - 1}]")
     return _layers(lay, kv_dtype, tp, skip_layers)[layer]
 
@@ -131,7 +131,7 @@ def _layers(lay: KVLayout, kv_dtype: str, tp: int, skip_layers: Iterable[str] = 
     is stored as ``auto``)."""
     kvr = kv_heads_per_rank(lay, tp)
     skipped = skipped_layers(kv_dtype, lay.num_layers, lay.layer_kinds, skip_layers)
-    model_bytes = TORCH_DTYPE_BYTES[_norm_dtype(lay.torch_dtype)] if lay.torch_dtype is not None else None  # type: ignore[index]
+    model_bytes = TORCH_DTYPE_BYTES[norm_dtype(lay.torch_dtype)] if lay.torch_dtype is not None else None  # type: ignore[index]
     quant = slot_bytes(kv_dtype, lay.head_dim, lay.v_head_dim, model_bytes)
     auto = slot_bytes("auto", lay.head_dim, lay.v_head_dim, model_bytes) if skipped else quant
     return tuple(kvr * (auto if i in skipped else quant) for i in range(lay.num_layers))
@@ -153,7 +153,7 @@ def kv_bytes_per_sequence(
     ``min(context_len, sliding_window)`` tokens in sliding-window layers (an ideal ring buffer; vLLM
     frees whole blocks only, so it holds up to one block more per sliding layer)."""
     lay = load_layout(layout)
-    _need_int(context_len, "context_len")
+    need_int(context_len, "context_len")
     total = 0
     window = lay.sliding_window  # an int whenever a layer slides (KVLayout checks it)
     for kind, per_layer in zip(lay.layer_kinds, _layers(lay, kv_dtype, tp, skip_layers), strict=True):
@@ -173,7 +173,7 @@ def page_bytes(
     """Bytes of one block of ``block_size`` tokens across *all* layers on one TP rank:
     ``sum over layers of block_size * num_kv_heads_per_rank * (head_dim + v_head_dim) * dtype_bytes``
     (vLLM ``AttentionSpec.page_size_bytes`` summed over layers)."""
-    _need_int(block_size, "block_size")
+    need_int(block_size, "block_size")
     return block_size * kv_bytes_per_token(layout, kv_dtype, tp, skip_layers=skip_layers)
 
 
@@ -218,7 +218,7 @@ def bytes_per_block(
     model whose groups' pages differ (TurboQuant or skip layers on a sliding + full model) is an error: vLLM
     pads those pages and that is not modelled."""
     lay = load_layout(layout)
-    _need_int(block_size, "block_size")
+    need_int(block_size, "block_size")
     per_layer = _layers(lay, kv_dtype, tp, skip_layers)
     groups = kv_cache_groups(lay, hybrid_kv_cache_manager)
     pages = {block_size * sum(per_layer[i] for i in g) for g in groups}
@@ -242,7 +242,7 @@ def predict_num_blocks(
     """Number of KV blocks vLLM allocates from ``kv_budget_bytes`` of KV memory on each rank:
     ``kv_budget_bytes // bytes_per_block`` (``= budget // page_bytes`` for a model with one attention kind;
     vLLM ``get_kv_cache_config_from_groups``)."""
-    _need_int(kv_budget_bytes, "kv_budget_bytes", 0)
+    need_int(kv_budget_bytes, "kv_budget_bytes", 0)
     return kv_budget_bytes // bytes_per_block(
         layout, block_size, kv_dtype, tp, hybrid_kv_cache_manager, skip_layers=skip_layers
     )
@@ -284,9 +284,9 @@ def blocks_per_sequence(
     for small windows (Gemma-3's 512) costs far more blocks than the window itself.
     """
     lay = load_layout(layout)
-    _need_int(context_len, "context_len")
-    _need_int(block_size, "block_size")
-    _need_int(max_in_flight_tokens, "max_in_flight_tokens", 0)
+    need_int(context_len, "context_len")
+    need_int(block_size, "block_size")
+    need_int(max_in_flight_tokens, "max_in_flight_tokens", 0)
     full = math.ceil(context_len / block_size)
     total = 0
     for group in kv_cache_groups(lay, hybrid_kv_cache_manager):
@@ -337,7 +337,7 @@ def kv_gib_vs_context(
     the KV cache of ``batch`` sequences of ``context_len`` tokens on one TP rank (sliding windows capped).
     ``within_max_position`` drops lengths beyond the config's ``max_position_embeddings``."""
     lay = load_layout(layout)
-    _need_int(batch, "batch")
+    need_int(batch, "batch")
     limit = lay.max_position_embeddings if within_max_position and lay.max_position_embeddings else None
     rows = []
     for dt in kv_dtypes:

@@ -13,8 +13,8 @@ from fp8lab.kvlayout import (
     TORCH_DTYPE_BYTES,
     KVLayout,
     LayoutLike,
-    _cfg_int,
-    _first,
+    cfg_int,
+    first,
     layout_from_config,
     load_config,
     text_config,
@@ -41,9 +41,9 @@ def estimate_param_count(config: LayoutLike) -> int:
     """
     c = dict(config.config) if isinstance(config, KVLayout) else text_config(load_config(config))
     lay = layout_from_config(c)
-    hidden = _cfg_int(c, ("hidden_size", "n_embd", "d_model"), "model width")
-    vocab = _cfg_int(c, ("vocab_size",), "vocabulary size")
-    inter = _cfg_int(c, ("intermediate_size", "n_inner", "ffn_dim"), "dense MLP width")
+    hidden = cfg_int(c, ("hidden_size", "n_embd", "d_model"), "model width")
+    vocab = cfg_int(c, ("vocab_size",), "vocabulary size")
+    inter = cfg_int(c, ("intermediate_size", "n_inner", "ffn_dim"), "dense MLP width")
     n, heads = lay.num_layers, lay.num_attention_heads
     tied = c.get("tie_word_embeddings")
     if tied is None:
@@ -62,11 +62,11 @@ def estimate_param_count(config: LayoutLike) -> int:
         attn = hidden * q_out + 2 * hidden * lay.num_kv_heads * lay.head_dim + q_out * hidden
 
     dense_mlp = 3 * hidden * inter
-    n_experts = _first(c, "n_routed_experts", "num_experts", "num_local_experts")
+    n_experts = first(c, "n_routed_experts", "num_experts", "num_local_experts")
     moe_layers = 0
     moe_mlp = 0
     if n_experts:
-        moe_inter = _first(c, "moe_intermediate_size") or inter
+        moe_inter = first(c, "moe_intermediate_size") or inter
         shared = (c.get("n_shared_experts") or 0) * 3 * hidden * moe_inter
         shared += 3 * hidden * c["shared_expert_intermediate_size"] if c.get("shared_expert_intermediate_size") else 0
         moe_mlp = n_experts * 3 * hidden * moe_inter + shared + hidden * n_experts

@@ -43,9 +43,9 @@ def in_store(store: Path | str | None) -> Iterator[None]:
             os.environ["FP8LAB_RUNS"] = saved
 
 
-#: When set (to anything), :func:`fp8lab.results.run_cached` loads stored runs only and answers a missing one with
+#: When set (to anything), :func:`fp8lab.engine.results.run_cached` loads stored runs only and answers a missing one with
 #: an ``error`` result instead of starting an engine (re-rendering reports from committed stores on another
-#: machine); :func:`fp8lab.capability.kv_support` then answers for the store, not for this device.
+#: machine); :func:`fp8lab.engine.capability.kv_support` then answers for the store, not for this device.
 STORE_ONLY_ENV = "FP8LAB_STORE_ONLY"
 
 

@@ -1,7 +1,7 @@
 """Profiles: named parameter sets for the notebooks (``fp8lab/profiles.yaml``: a profile's ``params`` for every
 notebook, ``notebooks`` per notebook, ``extends`` another profile), and a notebook's parameters resolved from its
 ``parameters`` cell, a profile and overrides, each checked against the cell's own value (:func:`parameters_for`,
-:func:`check_overrides`) before any notebook starts. Split out of :mod:`fp8lab.report` (issue 16), which re-exports
+:func:`check_overrides`) before any notebook starts. Split out of :mod:`fp8lab.report.run` (issue 16), which re-exports
 every name here (``report.load_profile``, ``report.TEST_PROFILE``)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ EMULATED_TEST_PROFILE = "cpu-ci-emulated"
 
 def tier_profile(native_fp8: bool) -> str:
     """The test tier's profile on a device with (``native_fp8``) or without the native FP8 KV kernel
-    (:func:`fp8lab.capability.kv_support`)."""
+    (:func:`fp8lab.engine.capability.kv_support`)."""
     return TEST_PROFILE if native_fp8 else EMULATED_TEST_PROFILE
 
 

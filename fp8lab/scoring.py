@@ -19,7 +19,7 @@ Two methods score the same positions of ``context + continuation``:
 not know which method made a record. :func:`cache_check` compares a candidate's scores with ``auto``'s over the
 positions both scored: it is how a run shows that its scoring sees the quantization.
 
-No vLLM here: the worker (:mod:`fp8lab.engine_worker`) reads :data:`FORCED_KEY` and :data:`FORCING_FQCN`.
+No vLLM here: the worker (:mod:`fp8lab.engine.worker`) reads :data:`FORCED_KEY` and :data:`FORCING_FQCN`.
 """
 
 from __future__ import annotations

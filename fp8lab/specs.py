@@ -81,7 +81,7 @@ def resolve_model(model: str) -> str:
     results store, against this machine's :func:`fp8lab.paths.runs_dir`); the real model's name
     (:data:`fp8lab.realmodel.NAME`, ``smollm2-135m-instruct``) is its converted folder
     (:func:`fp8lab.realmodel.model_dir`, made or not: see :func:`check_model_folder`); a hub id is returned
-    unchanged. What a run's key holds is the model as given (:func:`fp8lab.results.model_ref`), not this absolute
+    unchanged. What a run's key holds is the model as given (:func:`fp8lab.engine.results.model_ref`), not this absolute
     path."""
     if model.startswith("<runs>/"):
         return str(runs_dir() / model[len("<runs>/") :])
@@ -195,7 +195,7 @@ class EngineSpec:
                 "EngineSpec", "model", self.model, "a local model folder, a config.json's folder, or a hub id"
             )
         # resolved, not checked: a stored spec.json names the measuring machine's folder, and a store copied to
-        # another machine or path must still load (fp8lab.results.load); check_paths() runs before an engine starts
+        # another machine or path must still load (fp8lab.engine.results.load); check_paths() runs before an engine starts
         object.__setattr__(self, "model", resolve_model(self.model))
         check_kv_dtype(self, "kv_cache_dtype", self.kv_cache_dtype)
         if self.block_size is not None:

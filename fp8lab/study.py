@@ -9,7 +9,7 @@ evaluator has no per-task branch) is four steps::
     spec = s07.Spec.from_params(globals())  # 1. the notebook's UPPER_CASE parameters, validated: SpecError first
     res = s07.run(spec)                     # 2. measure, or load from the results store (store=None: runs/)
     res.tables()                            # 3. every table of the run, by name
-    res.summary()                           #    the flat dict the notebook records (fp8lab.report.record_summary)
+    res.summary()                           #    the flat dict the notebook records (fp8lab.report.run.record_summary)
     res.verdict()                           # 4. one typed Verdict per claim the study judges
 
 A study is a module (by convention ``fp8lab/<study>/study.py``) with four members, :class:`Study`: ``NAME`` (its
@@ -28,16 +28,21 @@ subpackage's own modules together; each concept sits in its own file::
         plots.py      the notebook's figures (imported on its own: it loads matplotlib)
         study.py      this contract: Spec, run(), the Results class, NAME
 
-then one line in :data:`STUDIES` below, and a unit test that :func:`check` passes (``tests/unit/test_study.py``
-checks every registered study).
+then one line in :data:`fp8lab.studies.MODULES` (the one place that names a study), and a unit test that
+:func:`check` passes (``tests/unit/test_study.py`` checks every registered study).
+
+What the report wing and the claims audit ask of a study, beside the four steps, is the study's own too (optional
+members, :data:`OPTIONAL_MEMBERS`): ``key_numbers(summary, rows)``, the few numbers the index shows for its page
+(``(label with unit, value)`` pairs, from its typed rows when the page has them, else its flat summary); and
+``NATIVE_ONLY``, what it measures that only the native FP8 KV kernel can (a phrase; absent: everything runs
+emulated where the kernel is missing). A study without ``key_numbers`` shows its first rows or scalars.
 
 This module is the standard library only, so that reading or checking the contract loads no study, no pandas and
-no vLLM: :data:`STUDIES` names each study's module, :func:`load` imports it.
+no vLLM.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +108,7 @@ class Results(Protocol):
         ...
 
     def summary(self) -> dict[str, Any]:
-        """The flat dict of key numbers the notebook records (:func:`fp8lab.report.record_summary`), JSON-able."""
+        """The flat dict of key numbers the notebook records (:func:`fp8lab.report.run.record_summary`), JSON-able."""
         ...
 
     def verdict(self) -> tuple[Verdict, ...]:
@@ -127,22 +132,11 @@ class Study(Protocol):
     def run(self, spec: Any, store: Path | None = None) -> Results: ...
 
 
-#: The registered studies: notebook stem -> the module that implements :class:`Study` (imported by :func:`load`).
-STUDIES: dict[str, str] = {
-    "00_kv_memory_estimation": "fp8lab.capacity.study",
-    "01_kv_dtype_auto_vs_fp8": "fp8lab.serving.study",
-    "02_calibration_32_tokens": "fp8lab.calibration.study",
-    "03_quality_token_match": "fp8lab.quality.study",
-    "04_long_context_ramp_128k": "fp8lab.longctx.study",
-    "05_claims_audit": "fp8lab.audit.study",
-    "06_decode_speed": "fp8lab.decode.study",
-    "07_prefix_cache": "fp8lab.prefix.study",
-    "08_kv_dtype_matrix": "fp8lab.dtypes.study",
-}
-
 #: The members :func:`check` looks for: on the study, and on its results class (``Results``).
 STUDY_MEMBERS: tuple[str, ...] = ("NAME", "Spec", "Spec.from_params", "run", "Results")
 RESULTS_MEMBERS: tuple[str, ...] = ("spec", "tables", "summary", "verdict", "markdown")
+#: What a study may add for the report wing: its index numbers (a callable) and what needs the native kernel (a str).
+OPTIONAL_MEMBERS: tuple[str, ...] = ("key_numbers", "NATIVE_ONLY")
 
 
 class ContractError(TypeError):
@@ -172,6 +166,10 @@ def missing(study: Any) -> list[str]:
         if not (hasattr(res, "spec") or "spec" in fields):
             out.append("Results.spec")
         out += [f"Results.{m}" for m in RESULTS_MEMBERS[1:] if not callable(getattr(res, m, None))]
+    if hasattr(study, "key_numbers") and not callable(study.key_numbers):
+        out.append("key_numbers")
+    if hasattr(study, "NATIVE_ONLY") and not (isinstance(study.NATIVE_ONLY, str) and study.NATIVE_ONLY):
+        out.append("NATIVE_ONLY")
     return out
 
 
@@ -182,10 +180,3 @@ def check(study: Any) -> Any:
         label = getattr(study, "NAME", None) or getattr(study, "__name__", repr(study))
         raise ContractError(f"study {label} does not satisfy fp8lab.study's contract: missing {', '.join(gaps)}")
     return study
-
-
-def load(name: str) -> Any:
-    """The registered study ``name`` (a notebook stem of :data:`STUDIES`), imported and checked."""
-    if name not in STUDIES:
-        raise KeyError(f"study {name!r}: registered are {' | '.join(STUDIES)}")
-    return check(importlib.import_module(STUDIES[name]))

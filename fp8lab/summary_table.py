@@ -40,16 +40,8 @@ from fp8lab.errors import SpecError
 from fp8lab.kvformats import FORMATS
 from fp8lab.paths import TINY_MODEL_NAME
 
-#: Studies that write rows (the notebook prefix each belongs to, for readers that go by notebook).
-STUDIES: Mapping[str, str] = {
-    "kv_memory": "00",
-    "serving": "01",
-    "calibration": "02",
-    "quality": "03",
-    "long_context": "04",
-    "decode": "06",
-    "prefix_cache": "07",
-}
+#: The studies that write rows, by the name a row's ``study`` field gives (each study's summary module writes its own).
+STUDIES: tuple[str, ...] = ("kv_memory", "serving", "calibration", "quality", "long_context", "decode", "prefix_cache")
 #: Units a value may have (a change against a baseline is in ``%``, ``pp`` or the figure's own unit).
 UNITS: tuple[str, ...] = (
     "%",  # relative change, percent
@@ -411,3 +403,20 @@ __all__ = [
     "validate",
     "write_rows",
 ]
+
+
+class StudyRowsError(ValueError):
+    """A study's rows file that cannot be read or does not fit the schema (:func:`study_rows`)."""
+
+
+def study_rows(out_dir: str | Path, stem: str) -> list[dict[str, Any]] | None:
+    """The typed rows beside a study's summary in ``out_dir`` (``<stem>.rows.json``, :mod:`fp8lab.summary_table`,
+    validated on read), or None when the folder has none (a report rendered before the rows existed, or a study
+    that writes none). A file that is not JSON or does not fit the schema raises :class:`StudyRowsError`."""
+    path = Path(out_dir) / f"{stem}.rows.json"
+    if not path.is_file():
+        return None
+    try:
+        return read_rows(path)
+    except ValueError as exc:  # SpecError (a ValueError): a row off the schema; else not JSON
+        raise StudyRowsError(f"{path.name}: {exc}") from exc

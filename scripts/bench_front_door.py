@@ -49,8 +49,8 @@ TARGETS_MIN = {"main": 10.0, "suite": 15.0}  # issue 19's targets on 2 cores
 
 def machine() -> dict[str, Any]:
     """Cores, memory, CPU model and FP8 KV tier of this machine (what the figures depend on)."""
-    sys.path.insert(0, str(ROOT))  # fp8lab.capability is stdlib-only: the rule the studies use, not a copy
-    from fp8lab.capability import isa_from_flags, parse_cpu_flags
+    sys.path.insert(0, str(ROOT))  # fp8lab.engine.capability is stdlib-only: the rule the studies use, not a copy
+    from fp8lab.engine.capability import isa_from_flags, parse_cpu_flags
 
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()

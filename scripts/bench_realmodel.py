@@ -26,7 +26,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from fp8lab import realmodel
-    from fp8lab.engine import run_engine
+    from fp8lab.engine.run import run_engine
     from fp8lab.specs import EngineSpec, Phase, Request
     from fp8lab.workloads import text_prompt
 

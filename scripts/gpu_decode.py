@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from fp8lab import decode, report
+from fp8lab import decode, profiles
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_decode_speed.ipynb"
 
@@ -29,7 +29,7 @@ if __name__ == "__main__":
             sys.exit(f"usage: gpu_decode.py PROFILE [-p NAME VALUE ...]; got {flag!r}")
         overrides[name] = yaml.safe_load(value)
         args = args[3:]
-    params = report.resolved_parameters(NOTEBOOK, report.load_profile(profile), overrides)
+    params = profiles.resolved_parameters(NOTEBOOK, profiles.load_profile(profile), overrides)
     spec = decode.DecodeSpec.from_params(params)
     print(decode.plan(spec).to_string(), flush=True)
     run = decode.run_decode(spec, Path(os.environ.get("FP8LAB_RUNS", "runs")))

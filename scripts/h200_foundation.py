@@ -23,8 +23,8 @@ if __name__ == "__main__":
     import pandas as pd
 
     from fp8lab import kvmath
+    from fp8lab.engine.results import run_cached
     from fp8lab.paths import REPO_ROOT, TINY_MODEL_DIR
-    from fp8lab.results import run_cached
     from fp8lab.specs import EngineSpec, Phase
     from fp8lab.workloads import RequestClass, build_requests
 

@@ -10,7 +10,7 @@
 # so engines an earlier session finished (same spec, same phases, same repo path) are loaded, not re-run.
 # FP8LAB_BUDGET_S (default 540) bounds the notebooks' run so the packing below still happens inside one
 # `run` call's 600 s; a notebook cut short leaves its finished engine runs in $FP8LAB_RUNS, and the same
-# command on the same warm host resumes from them (fp8lab.results skips finished runs).
+# command on the same warm host resumes from them (fp8lab.engine.results skips finished runs).
 # Study 06's engine sets (issue 35) stop between sets at FP8LAB_DEADLINE = now + budget - FP8LAB_DEADLINE_MARGIN_S
 # (default 60 s: the notebook's tables, plots and HTML, then the packing), so a call ends with whole engine sets; the
 # same command on the same warm host measures the sets left (a cold host: FP8LAB_SEED_RECORDS=1 with FP8LAB_SEED_DIR

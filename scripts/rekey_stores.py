@@ -1,6 +1,6 @@
 """Re-key the committed H200 stores once: every stored run, capture, scale set and fidelity folder moves from the key
 the H200 host wrote (the model as an absolute path in its checkout, ``/work/main/...``, and its store,
-``/tmp/fp8lab-runs/...``) to the key of what was measured (:func:`fp8lab.results.run_descriptor`: the model as
+``/tmp/fp8lab-runs/...``) to the key of what was measured (:func:`fp8lab.engine.results.run_descriptor`: the model as
 given, a digest of its config and weights, the study's own worker), and is proved to load under it.
 
 How: each store is unpacked and each study that reads it is run on it in this process under ``FP8LAB_STORE_ONLY``
@@ -42,7 +42,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from slim_store import pack  # noqa: E402
 
-from fp8lab import results, specs  # noqa: E402
+from fp8lab import specs  # noqa: E402
+from fp8lab.engine import results  # noqa: E402
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT  # noqa: E402
 
 #: Where the H200 host's checkout and store were: the absolute paths the old keys hold.
@@ -195,14 +196,15 @@ def run_studies(
 ) -> dict:
     """Each study on ``store`` under FP8LAB_STORE_ONLY, in this process: ``{stem: summary}``; with ``out_dir``, its
     ``<stem>.summary.json`` and ``.rows.json`` written there as the notebook writes them (``report.record_summary``)."""
-    from fp8lab import report, study
-    from fp8lab.report import load_profile, resolved_parameters
+    from fp8lab import studies
+    from fp8lab.profiles import load_profile, resolved_parameters
+    from fp8lab.report import run as report
 
     os.environ[results.STORE_ONLY_ENV] = "1"
     os.environ["FP8LAB_RUNS"] = str(store)
     out = {}
     for stem, extra in studies:
-        mod = study.load(stem)  # imported before patching, so its own `spec_hash` names are patched too
+        mod = studies.load(stem)  # imported before patching, so its own `spec_hash` names are patched too
         saved = _patch(wrapper)
         try:
             spec = mod.Spec.from_params(

@@ -3,7 +3,7 @@ or the records check reads.
 
     python scripts/slim_store.py STORE.tar.gz [--out OUT.tar.gz] [--profile h200]
 
-Every ``records.parquet`` is rewritten compactly (read back by :func:`fp8lab.results.read_records` as before):
+Every ``records.parquet`` is rewritten compactly (read back by :func:`fp8lab.engine.results.read_records` as before):
 float columns whose values are all exactly float32 (vLLM's logprobs, engine timings) as float32, integer
 lists as int16/int32 where the values fit, ``itl_s`` as ``itl_e8`` (integer ticks of 10 ns: every gap kept to
 within 5 ns, where the client's clock counts nanoseconds and its event loop adds microseconds of jitter), zstd
@@ -12,7 +12,7 @@ level 19 with byte-stream-split floats.
 identical files (the tokenizer each Study 02 scale set copies) are stored once, as hard links. Study 03's
 records (with Study 02's engines) lose the top-k lists no reader uses (:func:`slim_quality`); Study 01's
 records lose ``output_token_ids`` (its tables read token counts and timings). ``samples.parquet`` is
-rewritten the same compact way (read back by :func:`fp8lab.results.read_records` too).
+rewritten the same compact way (read back by :func:`fp8lab.engine.results.read_records` too).
 
 Study 04's teacher-forced quality engines (phases ``div-*``) keep ``prompt_token_logprobs`` but not the
 per-position top-k lists: the candidate engine's records get what :func:`fp8lab.longctx.position_divergence`
@@ -124,7 +124,7 @@ def _longctx_plan(profile: str) -> Any:
 
     from fp8lab import longctx
     from fp8lab.paths import NOTEBOOKS_DIR
-    from fp8lab.report import load_profile, parameters_for
+    from fp8lab.profiles import load_profile, parameters_for
 
     nb = NOTEBOOKS_DIR / "04_long_context_ramp_128k.ipynb"
     params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(nb)).items()}
@@ -148,7 +148,7 @@ def slim_divergence(study_dir: Path, profile: str) -> None:
     scores of the actual tokens stay: ``prompt_token_logprobs`` of one-pass records, ``output_token_logprobs`` of
     forced ones)."""
     from fp8lab import longctx
-    from fp8lab.results import read_records
+    from fp8lab.engine.results import read_records
 
     runs = {}
     for rd in sorted(study_dir.iterdir()):

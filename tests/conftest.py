@@ -1,6 +1,6 @@
 """Shared fixtures. Tiers: tests/unit (seconds, no vLLM), tests/integration (real CPU vLLM engines,
 marked slow), tests/notebooks (papermill, marked slow). GPU-only tests are marked gpu. Tests that need the
-native FP8 KV kernel are marked native_fp8 and skipped, with the reason, where fp8lab.capability finds it
+native FP8 KV kernel are marked native_fp8 and skipped, with the reason, where fp8lab.engine.capability finds it
 absent (an AVX2-only CPU, or FP8LAB_NATIVE_FP8=0); the header says which tier ran."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab.capability import kv_support
+from fp8lab.engine.capability import kv_support
 from fp8lab.paths import REPO_ROOT, TINY_MODEL_DIR
 
 # fp8lab's emulated-FP8 plugin is an entry point of the installed fp8lab (pyproject.toml). An environment
@@ -23,7 +23,8 @@ _PLUGIN_DEV = REPO_ROOT / "tests" / "plugin_dev"
 def _plugin_registered() -> bool:
     from importlib.metadata import entry_points
 
-    return any(e.value == "fp8lab.fp8emu:register" for e in entry_points(group="vllm.general_plugins"))
+    names = ("fp8lab.engine.fp8emu:register", "fp8lab.fp8emu:register")  # the second: an install made before the move
+    return any(e.value in names for e in entry_points(group="vllm.general_plugins"))
 
 
 if not _plugin_registered():  # spawned children take sys.path from their parent, other children PYTHONPATH
@@ -54,10 +55,10 @@ _SHARED = False
 def pytest_runtest_setup(item) -> None:
     """Before the first test that may start engines (any tier but tests/unit): this session's engine forkserver,
     shared with every process the tests start (notebook kernels, ``fp8lab run``, study scripts), so vLLM is
-    imported once per session, not once per process (:func:`fp8lab.engine.share_forkserver`; a CPU only)."""
+    imported once per session, not once per process (:func:`fp8lab.engine.procs.share_forkserver`; a CPU only)."""
     global _SHARED
     if not _SHARED and "unit" not in item.path.parts:
-        from fp8lab.engine import share_forkserver
+        from fp8lab.engine.procs import share_forkserver
 
         share_forkserver()
         _SHARED = True
@@ -121,7 +122,7 @@ def _engine_processes() -> list:
 @pytest.fixture
 def engine_processes():
     """``() -> [psutil.Process]``: live descendants of the test process other than multiprocessing's resource
-    tracker and the forkserver that CPU engine workers fork from (``fp8lab.engine.worker_context``): what a
+    tracker and the forkserver that CPU engine workers fork from (``fp8lab.engine.procs.worker_context``): what a
     finished or killed run must not leave behind. A worker forked by the forkserver is its child, not the test's,
     so it is found here too."""
     return _engine_processes

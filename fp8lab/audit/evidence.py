@@ -162,7 +162,7 @@ def study_setting(rep: Report, prefix: str) -> Setting:
     s = rep.summaries.get(stem, {}) if stem else {}
     e = ((rep.index.get("notebooks") or {}).get(stem) or {}) if stem else {}
     ran, params = e.get("ran_on") or {}, e.get("parameters") or {}
-    # the engine runs the notebook showed (their own provenance, fp8lab.results.note_run) before where the notebook
+    # the engine runs the notebook showed (their own provenance, fp8lab.engine.results.note_run) before where the notebook
     # itself executed: a report re-rendered from a committed store on a CPU still shows the H200's runs
     runs = e.get("runs") or {}
     run_device = runs["devices"][0] if len(runs.get("devices") or []) == 1 else None
@@ -222,7 +222,7 @@ SUMMARY_GLOB = "[0-9][0-9]_*.summary.json"
 OPTIONS_GLOB = "reports/*/vllm-options-*.json"
 
 
-def _resolve(p: str | Path) -> Path:
+def resolve(p: str | Path) -> Path:
     p = Path(p)
     return p if p.is_absolute() else REPO_ROOT / p
 
@@ -238,9 +238,9 @@ def load_report(path: str | Path, label: str | None = None, extra: Iterable[str 
     ``summary.json`` (the runner's index: ``ran_on``, ``parameters``), and ``extra`` summary files (e.g. a Study 06
     summary rendered elsewhere), each under its file's stem; with each summary its typed rows where a rows file
     stands beside it (``<stem>.rows.json``, validated on read: a file that does not fit the schema raises)."""
-    path = _resolve(path)
+    path = resolve(path)
     sums, rows = {}, {}
-    for f in [*sorted(path.glob(SUMMARY_GLOB)), *map(_resolve, extra)]:
+    for f in [*sorted(path.glob(SUMMARY_GLOB)), *map(resolve, extra)]:
         s = json.loads(Path(f).read_text())
         if isinstance(s, dict) and "audit_rows" not in s:
             stem = Path(f).name.removesuffix(".summary.json")
@@ -267,7 +267,7 @@ def load_options(
         except Exception as e:  # noqa: BLE001 - no vLLM here is a finding, not an error
             notes.append(f"installed vLLM not introspected: {type(e).__name__}: {e}")
     if pattern:
-        files = sorted(glob.glob(str(_resolve(pattern))))
+        files = sorted(glob.glob(str(resolve(pattern))))
         if not files:
             notes.append(f"no vLLM options file matches {pattern}")
         for f in files:
@@ -296,11 +296,11 @@ def load_evidence(
     (each labelled by :func:`report_label`; missing folders are noted, not fatal). ``extra_summaries``
     ``{report label: [summary files]}`` adds summaries rendered elsewhere to that report (a missing file is
     noted)."""
-    extra = {k: [p for p in v if _resolve(p).is_file()] for k, v in (extra_summaries or {}).items()}
-    missing = [str(p) for v in (extra_summaries or {}).values() for p in v if not _resolve(p).is_file()]
-    base = _resolve(report_dir)
+    extra = {k: [p for p in v if resolve(p).is_file()] for k, v in (extra_summaries or {}).items()}
+    missing = [str(p) for v in (extra_summaries or {}).values() for p in v if not resolve(p).is_file()]
+    base = resolve(report_dir)
     reports, notes, seen = [], [], set()
-    for p in [base, *map(_resolve, other_reports)]:
+    for p in [base, *map(resolve, other_reports)]:
         key = p.resolve()
         if key in seen:
             continue

@@ -17,14 +17,14 @@ from fp8lab.audit.scale import MAD_SIGMA, MAX_FP8_STEP_CUT, PHYSICS, REFUTED, Z8
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _key(s: Mapping[str, Any], key: str, study: str = "") -> Any:
+def finite_key(s: Mapping[str, Any], key: str, study: str = "") -> Any:
     v = s.get(key)
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         raise Missing(f"{STUDIES.get(study, study)} summary has no '{key}'".strip())
     return v
 
 
-def _candidate(s: Mapping[str, Any]) -> str:
+def fp8_candidate(s: Mapping[str, Any]) -> str:
     """The FP8 dtype a study compared with its baseline: ``fp8`` when present, else the first candidate."""
     cands = list(s.get("kv_dtypes") or [])[1:]
     if not cands:
@@ -34,7 +34,7 @@ def _candidate(s: Mapping[str, Any]) -> str:
 
 def _delta(s: Mapping[str, Any], metric: str) -> Mapping[str, Any]:
     """Study 01's recorded delta of ``metric`` (``"output tok/s @c=16"``) for the candidate dtype."""
-    key = f"{_candidate(s)}: {metric}"
+    key = f"{fp8_candidate(s)}: {metric}"
     d = (s.get("deltas") or {}).get(key)
     if not d or any(d.get(k) is None for k in ("delta_pct", "lo_pct", "hi_pct")):
         raise Missing(f"serving (01) summary has no delta '{key}'")
@@ -78,9 +78,9 @@ def _row_pair(rows: Sequence[Mapping[str, Any]], prefix: str) -> tuple[str, str]
 
 
 def serving_candidate(rep: Report) -> str:
-    """Study 01's FP8 dtype: from its rows (by field) where it has them, else its flat summary (:func:`_candidate`)."""
+    """Study 01's FP8 dtype: from its rows (by field) where it has them, else its flat summary (:func:`fp8_candidate`)."""
     rows = rep.study_rows("01")
-    return _candidate(rep.study("01")) if rows is None else _row_pair(rows, "01")[0]
+    return fp8_candidate(rep.study("01")) if rows is None else _row_pair(rows, "01")[0]
 
 
 def serving_concurrency(rep: Report, setting: str = "closed loop") -> list[int]:
@@ -107,7 +107,7 @@ def serving_headline_concurrency(rep: Report) -> int:
     """Study 01's headline concurrency: the largest of its closed-loop sweep."""
     rows = rep.study_rows("01")
     if rows is None:
-        return int(_key(rep.study("01"), "headline_concurrency", "01"))
+        return int(finite_key(rep.study("01"), "headline_concurrency", "01"))
     cs = serving_concurrency(rep)
     if not cs:
         raise Missing("serving (01) rows hold no closed-loop throughput")
@@ -141,7 +141,7 @@ def serving_has_delta(rep: Report, name: str, concurrency: int) -> bool:
     """Whether Study 01 recorded delta ``name`` at ``concurrency`` (a row by field, else a flat summary entry)."""
     if rep.study_rows("01") is None:
         s = rep.study("01")
-        return f"{_candidate(s)}: {name} @c={concurrency}" in (s.get("deltas") or {})
+        return f"{fp8_candidate(s)}: {name} @c={concurrency}" in (s.get("deltas") or {})
     try:
         serving_delta(rep, name, concurrency)
     except Missing:
@@ -275,11 +275,11 @@ def detectable_text(ds: Mapping[str, Mapping[str, Any]]) -> str:
     )
 
 
-def _fd(d: Mapping[str, Any]) -> str:
+def fd(d: Mapping[str, Any]) -> str:
     return f"{d['delta_pct']:+.1f}% [{d['lo_pct']:+.1f}, {d['hi_pct']:+.1f}]"
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
 
@@ -287,7 +287,7 @@ def _near(x: float, target: float, tol: float) -> bool:
     return abs(x - target) <= tol * target
 
 
-def _gb(b: float) -> str:
+def gb(b: float) -> str:
     return f"{b / 1e9:,.1f} GB ({b / 2**30:,.1f} GiB)"
 
 
@@ -404,7 +404,7 @@ def decode_detectable(rep: Report) -> str:
     )
 
 
-def _gain(ratio: float) -> float:
+def throughput_gain(ratio: float) -> float:
     """Throughput change (fraction) from a step-time ratio fp8/auto."""
     return 1 / ratio - 1
 

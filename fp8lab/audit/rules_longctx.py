@@ -9,7 +9,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from fp8lab.audit.evidence import Evidence, Missing, Report, Setting
-from fp8lab.audit.readers import _candidate, _gain, _pct, decode_detectable, decode_grid, physics_step_cut, ramp_noise
+from fp8lab.audit.readers import (
+    decode_detectable,
+    decode_grid,
+    fp8_candidate,
+    pct,
+    physics_step_cut,
+    ramp_noise,
+    throughput_gain,
+)
 from fp8lab.audit.rules_serving import CLAIM13
 from fp8lab.audit.scale import (
     CONFIRMED,
@@ -43,7 +51,7 @@ def rule_long_capacity(rep: Report) -> Finding:
     cache, not an error (the outcomes Study 04 recorded beyond auto's limit are shown)."""
     s04, s01 = rep.optional("04"), rep.optional("01")
     if s04 is not None:
-        c = _candidate(s04)
+        c = fp8_candidate(s04)
         lengths = [
             int(x)
             for x in s04.get("lengths") or []
@@ -66,7 +74,7 @@ def rule_long_capacity(rep: Report) -> Finding:
                 detectable="+-1 request",
             )
     if s01 is not None:
-        c = _candidate(s01)
+        c = fp8_candidate(s01)
         pa, pf = s01.get("preemptions_auto"), s01.get(f"preemptions_{c}")
         if pa is not None and pf is not None and pa > 0 and pf == 0:
             return finding(
@@ -93,11 +101,14 @@ def rule_long_speed(rep: Report) -> Finding:
         ctx = min({int(p["context_len"]) for p in pts}, key=lambda x: abs(x - CLAIM6_LENGTH))
         at = sorted((p for p in pts if int(p["context_len"]) == ctx), key=lambda p: p["batch"])
         outs = {
-            p["batch"]: judge(100 * _gain(p["ratio_ci_high"]), 100 * _gain(p["ratio_ci_low"]), CLAIM6_GAIN) for p in at
+            p["batch"]: judge(
+                100 * throughput_gain(p["ratio_ci_high"]), 100 * throughput_gain(p["ratio_ci_low"]), CLAIM6_GAIN
+            )
+            for p in at
         }
         text = ", ".join(
-            f"B={p['batch']} {100 * _gain(p['ratio']):+.1f}% [{100 * _gain(p['ratio_ci_high']):+.1f}, "
-            f"{100 * _gain(p['ratio_ci_low']):+.1f}]"
+            f"B={p['batch']} {100 * throughput_gain(p['ratio']):+.1f}% [{100 * throughput_gain(p['ratio_ci_high']):+.1f}, "
+            f"{100 * throughput_gain(p['ratio_ci_low']):+.1f}]"
             for p in at
         )
         v = CONFIRMED if HOLDS in outs.values() else INCONCLUSIVE
@@ -113,7 +124,7 @@ def rule_long_speed(rep: Report) -> Finding:
             detectable=decode_detectable(rep),
         )
     s04 = rep.study("04")
-    c, C = _candidate(s04), s04.get("concurrency")
+    c, C = fp8_candidate(s04), s04.get("concurrency")
     held = [
         int(L)
         for L in s04.get("lengths") or []
@@ -129,7 +140,7 @@ def rule_long_speed(rep: Report) -> Finding:
     out = judge(100 * (gain - d), 100 * (gain + d), CLAIM6_GAIN)
     return finding(
         outcome_verdict(out),
-        f"{C} requests of {L:,} tokens: E2E gain {_pct(gain)} (04, one run)",
+        f"{C} requests of {L:,} tokens: E2E gain {pct(gain)} (04, one run)",
         f"judged on one request per dtype: {out}",
         {"gain": gain, "length": L, "detectable": d},
         setting=rep.setting("04"),
@@ -257,7 +268,7 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
             dets.append("ITL " + decode_detectable(rep))
             st = rep.setting("06")
     if s04 is not None:
-        c = _candidate(s04)
+        c = fp8_candidate(s04)
         L = max(int(x) for x in s04.get("lengths") or [0])
         for m, key, claimed in (("TTFT", "ttft", CLAIM13["ttft_ratio"]), ("ITL", "itl", CLAIM13["itl_ratio"])):
             if m in parts:
@@ -329,17 +340,19 @@ def rule_128k_throughput(rep: Report) -> Finding:
     if not b1:
         raise Missing("decode speed (06) has no batch-1 point")
     p = max(b1, key=lambda p: p["context_len"])
-    out = judge(100 * _gain(p["ratio_ci_high"]), 100 * _gain(p["ratio_ci_low"]), 100 * (42 / 18 - 1))
+    out = judge(
+        100 * throughput_gain(p["ratio_ci_high"]), 100 * throughput_gain(p["ratio_ci_low"]), 100 * (42 / 18 - 1)
+    )
     return finding(
         outcome_verdict(out),
-        f"batch 1 at {int(p['context_len']):,} tokens: {100 * _gain(p['ratio']):+.1f}% "
-        f"[{100 * _gain(p['ratio_ci_high']):+.1f}, {100 * _gain(p['ratio_ci_low']):+.1f}] (06; claimed +133%)",
+        f"batch 1 at {int(p['context_len']):,} tokens: {100 * throughput_gain(p['ratio']):+.1f}% "
+        f"[{100 * throughput_gain(p['ratio_ci_high']):+.1f}, {100 * throughput_gain(p['ratio_ci_low']):+.1f}] (06; claimed +133%)",
         out,
         {"ratio": p["ratio"]},
         setting=rep.setting("06"),
         detectable=decode_detectable(rep),
         headline=f"Decode with FP8 KV on {rep.setting('06').device} (CUDA graphs): "
-        f"{100 * _gain(p['ratio']):+.1f}% tokens/s at batch 1 and {int(p['context_len']):,} tokens, not the "
+        f"{100 * throughput_gain(p['ratio']):+.1f}% tokens/s at batch 1 and {int(p['context_len']):,} tokens, not the "
         "reported +133%."
         if out == CONTRADICTED
         else "",

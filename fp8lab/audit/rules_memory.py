@@ -7,7 +7,7 @@ from typing import Any
 
 from fp8lab import kvmath
 from fp8lab.audit.evidence import Evidence, Missing, Report, Setting
-from fp8lab.audit.readers import _candidate, _gb, _pct, serving_candidate, serving_figure
+from fp8lab.audit.readers import fp8_candidate, gb, pct, serving_candidate, serving_figure
 from fp8lab.audit.scale import (
     ABOUT_TOL,
     ARITHMETIC,
@@ -35,7 +35,7 @@ def claimed_kv_bytes_per_token(layout: kvmath.KVLayout, dtype_bytes: int = 2) ->
     return 2 * layout.num_layers * layout.num_attention_heads * layout.head_dim * dtype_bytes
 
 
-def _model_layout(ev: Evidence, name: str) -> kvmath.KVLayout | None:
+def model_layout(ev: Evidence, name: str) -> kvmath.KVLayout | None:
     lay = ev.config(name)
     if lay is not None:
         return lay
@@ -77,7 +77,7 @@ def rule_kv_formula(ev: Evidence) -> Finding:
         if rec.get("compared"):  # Study 00's section 6: every stored engine of the report's studies
             on_record[rep.label] = {k: rec[k] for k in ("compared", "exact", "max_abs_rel_error", "studies", "devices")}
         m = ((s or {}).get("measured") or {}).get("auto") or {}
-        lay = _model_layout(ev, str((s or {}).get("model"))) if s else None
+        lay = model_layout(ev, str((s or {}).get("model"))) if s else None
         if m.get("status") == "ok" and lay is not None and not lay.is_mla:
             bpb = int(m["block_size"]) * claimed_kv_bytes_per_token(lay)
             engine[rep.label] = {
@@ -168,8 +168,8 @@ def rule_llama3_70b_128k(ev: Evidence) -> Finding:
     measured = (
         f"{lay.num_layers} layers x {lay.num_kv_heads} KV heads x {lay.head_dim}: FP16 {b16:,} B/token, FP8 "
         f"{b8:,} B/token (x{ratio:g}, not x{claimed_ratio:g}); at {CLAIM2_CONTEXT:,} tokens FP16 needs "
-        f"{_gb(total)}, FP8 {_gb(b8 * CLAIM2_CONTEXT)}; 128 GB would need {need:,.0f} B/token "
-        f"(x{need / b16:.2f}); with attention heads instead of KV heads: {_gb(heads_total)}"
+        f"{gb(total)}, FP8 {gb(b8 * CLAIM2_CONTEXT)}; 128 GB would need {need:,.0f} B/token "
+        f"(x{need / b16:.2f}); with attention heads instead of KV heads: {gb(heads_total)}"
     )
     on = (
         f'an element is {elem16} B in FP16 and {elem8} B in FP8 (x{elem16 / elem8:g}); "32 to 8" (x4) would need '
@@ -207,7 +207,7 @@ def rule_kv_halves(rep: Report) -> Finding:
         s = rep.optional(prefix)
         if s is None:
             continue
-        c = _candidate(s)
+        c = fp8_candidate(s)
         a = s.get("num_blocks_auto") if prefix == "01" else s.get("auto.num_blocks_engine")
         f = s.get(f"num_blocks_{c}") if prefix == "01" else s.get(f"{c}.num_blocks_engine")
         if a and f:
@@ -240,7 +240,7 @@ def _arith_3b(ev: Evidence) -> Finding | None:
     """Arithmetic on Qwen3-14B's config: halving the KV cache removes half of it, so the claimed drop (68.2 -> 52.7
     GB) implies a KV cache of twice the drop; the rest of the peak must then hold at least the FP16 weights
     (estimated from data/configs/qwen3-14b). Consistent -> confirmed; a rest smaller than the weights -> refuted."""
-    lay = _model_layout(ev, "qwen3-14b")
+    lay = model_layout(ev, "qwen3-14b")
     if lay is None:
         return None
     a, f = CLAIM3_FIGURES["qwen3-14b"]
@@ -250,8 +250,8 @@ def _arith_3b(ev: Evidence) -> Finding | None:
     ok = rest >= w
     return Finding(
         CONFIRMED if ok else REFUTED,
-        f"Qwen3-14B: a drop of {a - f:.1f} GB is half of a {_gb(kv)} KV cache; the other {_gb(rest)} of the "
-        f"{a:g} GB peak hold the {_gb(w)} of FP16 weights" + (" and activations" if ok else " (too little)"),
+        f"Qwen3-14B: a drop of {a - f:.1f} GB is half of a {gb(kv)} KV cache; the other {gb(rest)} of the "
+        f"{a:g} GB peak hold the {gb(w)} of FP16 weights" + (" and activations" if ok else " (too little)"),
         "total memory falls by half the KV share only: consistent with the claimed 22.7%"
         if ok
         else "the claimed drop leaves no room for the weights",
@@ -280,9 +280,9 @@ def rule_total_memory(rep: Report) -> Finding:
     s00 = rep.optional("00") or {}
     tot = s00.get("total_memory_vs_first") or {}
     arith = {m: 1 - float(tot[m]["fp8"]) for m in CLAIM3_FIGURES if tot.get(m, {}).get("fp8") is not None}
-    measured = f"engine peak memory {float(a):.2f} -> {float(f):.2f} GiB ({_pct(-drop)}, 01)" + (
+    measured = f"engine peak memory {float(a):.2f} -> {float(f):.2f} GiB ({pct(-drop)}, 01)" + (
         "; arithmetic total at " + f"{s00.get('memory_batch')} x {s00.get('memory_context_len')} tokens "
-        "(00): " + ", ".join(f"{m} {_pct(-d)}" for m, d in arith.items())
+        "(00): " + ", ".join(f"{m} {pct(-d)}" for m, d in arith.items())
         if arith
         else ""
     )
@@ -327,7 +327,7 @@ def _concurrency_ratio(rep: Report) -> tuple[float, str, str, bool, Setting, int
     at its shortest length where neither dtype sits at a scheduler cap, else Study 01's capacity search."""
     s04, s01 = rep.optional("04"), rep.optional("01")
     if s04 is not None:
-        c = _candidate(s04)
+        c = fp8_candidate(s04)
         lengths = sorted(int(x) for x in s04.get("lengths") or [])
         vals = {d: {x: s04.get(f"{d}.max_conc_measured.L{x}") for x in lengths} for d in ("auto", c)}
         known = [x for x in lengths if vals["auto"][x] is not None and vals[c][x] is not None]
@@ -349,7 +349,7 @@ def _concurrency_ratio(rep: Report) -> tuple[float, str, str, bool, Setting, int
                 int(a),
             )
     if s01 is not None:
-        c = _candidate(s01)
+        c = fp8_candidate(s01)
         a, f = s01.get("max_concurrency_measured_auto"), s01.get(f"max_concurrency_measured_{c}")
         if a and f:
             cens = bool(s01.get("max_concurrency_censored_auto") or s01.get(f"max_concurrency_censored_{c}"))
@@ -425,7 +425,7 @@ MIX_MAX_IN_OUT = 8192 / 512
 
 
 def _llama2(ev: Evidence) -> kvmath.KVLayout | None:
-    return _model_layout(ev, "llama-2-70b")
+    return model_layout(ev, "llama-2-70b")
 
 
 @rule("20")
@@ -440,7 +440,7 @@ def rule_llama2_one_a100(ev: Evidence) -> Finding:
     v = REFUTED if w > A100_MEMORY_BYTES else CONFIRMED
     return Finding(
         v,
-        f"{kvmath.estimate_param_count(lay) / 1e9:.1f}B parameters x 2 B = {_gb(w)} of FP16 weights vs 80 GB",
+        f"{kvmath.estimate_param_count(lay) / 1e9:.1f}B parameters x 2 B = {gb(w)} of FP16 weights vs 80 GB",
         "the weights alone exceed one A100's memory" if v == REFUTED else "the weights fit",
         {"weight_bytes": w},
         {},
@@ -466,7 +466,7 @@ def rule_llama2_batch1_speed(ev: Evidence) -> Finding:
     v = REFUTED if CLAIM21_TOK_S > bound * (1 + MIX_MAX_IN_OUT) else INCONCLUSIVE
     return Finding(
         v,
-        f"bound {bound:.1f} output tok/s ({_gb(w)} read per token at 2,039 GB/s); x17 with input "
+        f"bound {bound:.1f} output tok/s ({gb(w)} read per token at 2,039 GB/s); x17 with input "
         f"tokens counted: {bound * (1 + MIX_MAX_IN_OUT):.0f} tok/s; claimed {CLAIM21_TOK_S:,.0f}",
         "1,842 tok/s at batch 1 is beyond what the memory bandwidth allows",
         {"bound_tok_s": bound},

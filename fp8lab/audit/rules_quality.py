@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fp8lab.audit.evidence import Evidence, Missing, Report
-from fp8lab.audit.readers import _key, calibration_quality, calibration_scale_diffs, quality_top3
+from fp8lab.audit.readers import calibration_quality, calibration_scale_diffs, finite_key, quality_top3
 from fp8lab.audit.scale import (
     COMPUTATION,
     CONFIRMED,
@@ -114,7 +114,7 @@ def rule_32_token_calibration(rep: Report) -> Finding:
     (inconclusive: vacuous here; the relative difference and the end-to-end quality are the evidence). Otherwise
     every mean below 0.03 -> confirmed; none below -> refuted; some -> inconclusive."""
     s = rep.study("02")
-    ps = _key(s, "prompt_set", "02")
+    ps = finite_key(s, "prompt_set", "02")
     means, rel = calibration_scale_diffs(rep, ps)
     if not means:
         raise Missing(f"calibration (02) summary has no absdiff.{ps}.*.mean")

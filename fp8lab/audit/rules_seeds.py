@@ -16,17 +16,17 @@ from typing import Any
 from fp8lab import kvmath
 from fp8lab.audit.evidence import Evidence, Missing, Report
 from fp8lab.audit.readers import (
-    _fd,
-    _gb,
     decode_detectable,
     decode_grid,
     detectable_text,
+    fd,
+    gb,
     physics_step_cut,
     serving_concurrency,
     serving_delta,
     serving_preemptions,
 )
-from fp8lab.audit.rules_memory import A100_BANDWIDTH, CLAIM21_TOK_S, _model_layout
+from fp8lab.audit.rules_memory import A100_BANDWIDTH, CLAIM21_TOK_S, model_layout
 from fp8lab.audit.scale import (
     ARITHMETIC,
     COMPUTATION,
@@ -113,7 +113,7 @@ def rule_short_requests_slower(rep: Report) -> Finding:
     v = CONFIRMED if d["hi_pct"] < 0 else INCONCLUSIVE
     return finding(
         v,
-        f"throughput @c={cs[0]} {_fd(d)} (01)",
+        f"throughput @c={cs[0]} {fd(d)} (01)",
         "throughput at the smallest concurrency (an existence claim: not refuted by one setting)",
         {"delta": dict(d)},
         setting=rep.setting("01"),
@@ -139,7 +139,7 @@ def rule_decode_compute_bound(ev: Evidence) -> Finding:
     FLOPs per weight per sequence, plus each sequence's KV; so its arithmetic intensity is at most B FLOP/byte. At
     seed 000's largest concurrency (64) on Qwen3-14B that is below the ridge point (FLOP/s over bytes/s) of an A100,
     H100 or H200: decode is bandwidth-bound there, so "compute-bound" is refuted."""
-    lay = _model_layout(ev, CLAIM31_MODEL)
+    lay = model_layout(ev, CLAIM31_MODEL)
     if lay is None:
         return Finding(NOT_TESTABLE, f"no {CLAIM31_MODEL} config", "data/configs/qwen3-14b holds it")
     p = kvmath.estimate_param_count(lay)
@@ -212,7 +212,7 @@ def _vllm_source(rel: str) -> str | None:
 def rule_software_fallback(ev: Evidence) -> Finding:
     """Introspection of the installed vLLM: where a device has no FP8 KV kernel (the CPU build without AVX-512 or
     AMX), does vLLM fall back to emulating it? Its CPU attention backend raising NotImplementedError for FP8 KV
-    there contradicts "falls back" (fp8lab's own emulation, fp8lab.fp8emu, exists because vLLM has none). "Must be
+    there contradicts "falls back" (fp8lab's own emulation, fp8lab.engine.fp8emu, exists because vLLM has none). "Must be
     slower" needs a GPU without FP8 Tensor Cores (an A100), which no study ran: untested."""
     src = _vllm_source(CPU_ATTN_FILE)
     if src is None:
@@ -512,7 +512,7 @@ def rule_shared_baseline(ev: Evidence) -> Finding:
     bandwidth / weight bytes tokens per second (claim 21's bound, even x17 for input tokens); 1,842 tok/s is far
     above it, so the figure cannot be a measurement of that setting, and the same four digits for Qwen3-14B on vLLM
     are then a copied number, not two baselines: refuted."""
-    lay = _model_layout(ev, "llama-2-70b")
+    lay = model_layout(ev, "llama-2-70b")
     if lay is None:
         return Finding(NOT_TESTABLE, "no llama-2-70b config", "data/configs/llama-2-70b holds it")
     from fp8lab import roofline
@@ -521,7 +521,7 @@ def rule_shared_baseline(ev: Evidence) -> Finding:
     bound = A100_BANDWIDTH / w
     return Finding(
         REFUTED if CLAIM21_TOK_S > 17 * bound else INCONCLUSIVE,
-        f"Llama-2-70B FP16 on an A100 at batch 1: at most {bound:.1f} tok/s ({_gb(w)} per token at 2,039 GB/s), "
+        f"Llama-2-70B FP16 on an A100 at batch 1: at most {bound:.1f} tok/s ({gb(w)} per token at 2,039 GB/s), "
         f"x17 with input tokens {17 * bound:.0f}; both seeds quote {CLAIM21_TOK_S:,.0f}",
         "one of the two settings cannot produce the figure; identical to four digits across models, engines and "
         "GPUs, it is one number quoted twice",

@@ -9,11 +9,10 @@ from typing import Any
 from fp8lab import stats
 from fp8lab.audit.evidence import Evidence, Missing, Report
 from fp8lab.audit.readers import (
-    _fd,
-    _gain,
     decode_detectable,
     decode_grid,
     detectable_text,
+    fd,
     half_width,
     physics_step_cut,
     serving_candidate,
@@ -23,6 +22,7 @@ from fp8lab.audit.readers import (
     serving_has_delta,
     serving_headline_concurrency,
     serving_preemptions,
+    throughput_gain,
 )
 from fp8lab.audit.scale import (
     CONFIRMED,
@@ -74,7 +74,7 @@ def rule_mix(rep: Report) -> Finding:
         d = serving_delta(rep, metric, c)
         parts[metric] = judge(d["lo_pct"], d["hi_pct"], claimed)
         used[metric] = d
-        text.append(f"{metric} {_fd(d)} (claimed {claimed:+.1f}%)")
+        text.append(f"{metric} {fd(d)} (claimed {claimed:+.1f}%)")
         details[metric] = {**d, "claimed_pct": claimed, "outcome": parts[metric]}
     return finding(
         parts_verdict(parts),
@@ -105,7 +105,7 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         for c in cs:
             claimed = CLAIM7[min(CLAIM7, key=lambda b: abs(b - c))]
             parts.append(judge(tp[c]["lo_pct"], tp[c]["hi_pct"], claimed))
-        text.append("vLLM throughput " + ", ".join(f"@c={c} {_fd(tp[c])}" for c in cs) + " (01)")
+        text.append("vLLM throughput " + ", ".join(f"@c={c} {fd(tp[c])}" for c in cs) + " (01)")
         st = rep.setting("01")
     if s06 is not None:
         pts = decode_grid(rep)
@@ -159,7 +159,7 @@ def rule_streaming_benchmark(rep: Report) -> Finding:
     if not naive:
         return finding(
             NOT_TESTABLE,
-            "streamed closed loop only: " + ", ".join(f"@c={c} {_fd(tp[c])}" for c in cs),
+            "streamed closed loop only: " + ", ".join(f"@c={c} {fd(tp[c])}" for c in cs),
             "the non-reading client did not run here (NAIVE_CONCURRENCY empty)",
             {},
             setting=st,
@@ -177,7 +177,7 @@ def rule_streaming_benchmark(rep: Report) -> Finding:
         diff = d["delta_pct"] - tp[c]["delta_pct"]
         h = math.hypot(half_width(d), half_width(tp[c]))
         outs[c] = judge(diff - h, diff + h, CLAIM8_GAIN_PCT)
-        text.append(f"@c={c} not reading {_fd(d)} vs streamed {_fd(tp[c])}: difference {diff:+.1f} +-{h:.1f} points")
+        text.append(f"@c={c} not reading {fd(d)} vs streamed {fd(tp[c])}: difference {diff:+.1f} +-{h:.1f} points")
         dets.append(f"@c={c} {stats.detectable_from_interval(-h, h):.1f} points")
     v = (
         CONFIRMED
@@ -226,19 +226,21 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
                 for b, p in bs.items():
                     if b > 1 and p["ratio_ci_high"] < b1["ratio_ci_low"]:  # a smaller step ratio: a larger gain
                         grows.append(
-                            f"{ctx:,} tokens: B={b} {100 * _gain(p['ratio']):+.1f}% vs B=1 "
-                            f"{100 * _gain(b1['ratio']):+.1f}%"
+                            f"{ctx:,} tokens: B={b} {100 * throughput_gain(p['ratio']):+.1f}% vs B=1 "
+                            f"{100 * throughput_gain(b1['ratio']):+.1f}%"
                         )
         b1 = [p for p in pts if int(p["batch"]) == 1]
         best = min(b1, key=lambda p: p["ratio"]) if b1 else None
         parts = {"largest at batch 1": CONTRADICTED if grows else HOLDS}
         if best is not None:
             parts["+130% at batch 1"] = judge(
-                100 * _gain(best["ratio_ci_high"]), 100 * _gain(best["ratio_ci_low"]), CLAIM13["batch1_gain_pct"]
+                100 * throughput_gain(best["ratio_ci_high"]),
+                100 * throughput_gain(best["ratio_ci_low"]),
+                CLAIM13["batch1_gain_pct"],
             )
         measured = (
             (
-                f"largest batch-1 gain {100 * _gain(best['ratio']):+.1f}% at {int(best['context_len']):,} tokens; "
+                f"largest batch-1 gain {100 * throughput_gain(best['ratio']):+.1f}% at {int(best['context_len']):,} tokens; "
                 if best is not None
                 else ""
             )
@@ -270,7 +272,7 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
     out = judge(d["lo_pct"], d["hi_pct"], CLAIM13["batch1_gain_pct"])
     return finding(
         outcome_verdict(out),
-        f"throughput @c={cs[0]} {_fd(d)} (01; claimed +130%)",
+        f"throughput @c={cs[0]} {fd(d)} (01; claimed +130%)",
         out,
         {"outcome": out},
         setting=rep.setting("01"),

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fp8lab.audit.evidence import OPTIONS_GLOB, Evidence, _resolve, load_evidence
+from fp8lab.audit.evidence import OPTIONS_GLOB, Evidence, load_evidence, resolve
 from fp8lab.specs import SpecError, check_bool
 
 
@@ -67,7 +67,7 @@ class AuditSpec:
         return cls(**kw)
 
     def resolved_report_dir(self) -> Path:
-        return _resolve(self.report_dir or os.environ.get("FP8LAB_REPORT_DIR") or "reports/cpu-tiny")
+        return resolve(self.report_dir or os.environ.get("FP8LAB_REPORT_DIR") or "reports/cpu-tiny")
 
     def evidence(self) -> Evidence:
         return load_evidence(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab.audit.evidence import Evidence
+from fp8lab.audit.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.audit.rules_facts import options_table
 from fp8lab.audit.rules_quality import format_facts
 from fp8lab.audit.run import audit

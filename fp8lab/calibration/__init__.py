@@ -54,10 +54,10 @@ Every public name is re-exported here (``from fp8lab import calibration as c; c.
 
 from __future__ import annotations
 
-from fp8lab.calibration.capture import (  # noqa: F401  (_batches: tests)
+from fp8lab.calibration.capture import (  # noqa: F401  (batches: tests)
     CALIB_ATTN,
     AmaxCapture,
-    _batches,
+    batches,
     capture_amax,
     capture_heldout,
     capture_path,

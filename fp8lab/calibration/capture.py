@@ -101,7 +101,7 @@ class AmaxCapture:
         )
 
 
-def _batches(seqs: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
+def batches(seqs: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
     """Indices of ``seqs`` grouped by length (equal lengths need no padding), at most ``batch_size`` each."""
     by_len: dict[int, list[int]] = {}
     for i, s in enumerate(seqs):
@@ -147,9 +147,9 @@ def _capture_amax_run(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from fp8lab.kvcapture import _model_dtype
+    from fp8lab.kvcapture import model_dtype
 
-    torch_dtype = _model_dtype(model_path, dtype)
+    torch_dtype = model_dtype(model_path, dtype)
     _register()
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, attn_implementation=CALIB_ATTN)
@@ -170,7 +170,7 @@ def _capture_amax_run(
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         _SINK = sink
-        for idx in _batches(seqs, batch_size):
+        for idx in batches(seqs, batch_size):
             current.clear()
             with torch.no_grad():  # the decoder only: the LM head computes nothing the capture needs
                 base(input_ids=torch.tensor([seqs[i] for i in idx], device=device), use_cache=False)
@@ -259,8 +259,8 @@ def capture_path(
 ) -> Path:
     """``<runs>/02_calibration/captures/<hash>.npz``: the hash covers the model, every token id, the batch size,
     the device and the dtype (what the capture computes from), not the machine or checkout it ran on (the model as
-    :func:`fp8lab.results.model_id` names it: its path from the repository root and a digest of its files)."""
-    from fp8lab.results import model_id
+    :func:`fp8lab.engine.results.model_id` names it: its path from the repository root and a digest of its files)."""
+    from fp8lab.engine.results import model_id
 
     h = spec_hash(model_id(resolve_model(model_path)), [list(map(int, x)) for x in seqs], batch_size, device, dtype)
     return (root or runs_dir()) / STUDY / "captures" / f"{h}.npz"

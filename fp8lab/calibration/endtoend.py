@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from fp8lab.calibration.scales import ScaleSet
+from fp8lab.quality.spec import STUDY as QUALITY_STUDY
 
-EMULATED_SUFFIX = " (emulated)"  # fp8lab.fp8emu.emulated_label
+EMULATED_SUFFIX = " (emulated)"  # fp8lab.engine.fp8emu.emulated_label
 
 
-def _fp8_base(qs: Any) -> str | None:
+def fp8_base(qs: Any) -> str | None:
     """The default-scale fp8 row of a quality summary that ran: native ``fp8``, else ``fp8 (emulated)``."""
     for lab in ("fp8", "fp8" + EMULATED_SUFFIX):
         if lab in qs.index and qs.loc[lab, "status"] == "ok":
@@ -42,7 +43,7 @@ def quality_phases(runs: Any) -> list[Any]:
 DYNAMIC_LABEL = "fp8+dynamic"
 
 
-def run_dynamic(runs: Any, study: str = "03_quality") -> tuple[Any, dict[str, Any]]:
+def run_dynamic(runs: Any, study: str = QUALITY_STUDY) -> tuple[Any, dict[str, Any]]:
     """(c) on the engine: fp8 with ``calculate_kv_scales=True`` on Study 03's requests.
 
     Returns ``(runs with the config added, outcome)``; ``outcome``: ``status`` (the engine's),
@@ -53,7 +54,7 @@ def run_dynamic(runs: Any, study: str = "03_quality") -> tuple[Any, dict[str, An
     import dataclasses
 
     from fp8lab import quality as q
-    from fp8lab.results import run_cached
+    from fp8lab.engine.results import run_cached
 
     cfg = q.KVConfig(DYNAMIC_LABEL, runs.spec.model, "fp8")
     res = run_cached(runs.spec.engine_spec(cfg).replace(calculate_kv_scales=True), quality_phases(runs), study=study)

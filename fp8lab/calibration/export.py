@@ -11,8 +11,8 @@ from typing import Any
 
 from fp8lab.calibration.scales import ScaleSet
 from fp8lab.calibration.spec import SCALES_FILE, STUDY, Strategy
+from fp8lab.engine.results import model_id, model_ref
 from fp8lab.paths import runs_dir
-from fp8lab.results import model_id, model_ref
 from fp8lab.specs import (
     SpecError,
     check_choice,

@@ -53,9 +53,9 @@ class CalibrationPool:
 def _pool(
     tokenizer: str, exclude_texts: tuple[str, ...], reserve_tokens: int, roles: tuple[str, ...]
 ) -> CalibrationPool:
-    from fp8lab.workloads import _tokenizer, heldout_documents
+    from fp8lab.workloads import heldout_documents, load_tokenizer
 
-    tok = _tokenizer(tokenizer)
+    tok = load_tokenizer(tokenizer)
     role_of = _manifest_roles()
     sep = 1 if tok.eos_token_id is not None else 0
     segments: list[tuple[int, ...]] = []
@@ -122,10 +122,10 @@ def prompt_ids(tokenizer: str, n_tokens: int | None = None, path: str | Path = C
     """The reports' calibration prompt (``data/prompts/calib_32_tokens.txt``, the whole file, no special
     tokens) tokenized, cut to its first ``n_tokens`` token ids (``None``: the whole prompt; under the
     shipped tokenizer it is 71 tokens, see ``data/prompts/README.md``)."""
-    from fp8lab.workloads import _tokenizer
+    from fp8lab.workloads import load_tokenizer
 
     text = read_text("CalibrationSpec", "prompt", path, "a non-empty UTF-8 text file")
-    ids = tuple(_tokenizer(resolve_model(tokenizer)).encode(text, add_special_tokens=False))
+    ids = tuple(load_tokenizer(resolve_model(tokenizer)).encode(text, add_special_tokens=False))
     if n_tokens is not None:
         check_int("CalibrationSpec", "prompt_tokens", n_tokens, 1, len(ids))
         ids = ids[:n_tokens]

@@ -31,6 +31,7 @@ from typing import Any
 from fp8lab.calibration.capture import capture_heldout
 from fp8lab.calibration.endtoend import head_reduction_check, quality_label, run_dynamic
 from fp8lab.calibration.export import export_sets
+from fp8lab.calibration.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.calibration.pool import quality_reserved_tokens
 from fp8lab.calibration.run import Calibration, calibrate, quality_scale_sets
 from fp8lab.calibration.scales import ScaleSet

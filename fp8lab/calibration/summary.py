@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from fp8lab.calibration.endtoend import EMULATED_SUFFIX, _fp8_base
+from fp8lab.calibration.endtoend import EMULATED_SUFFIX, fp8_base
 from fp8lab.calibration.run import Calibration
 from fp8lab.calibration.spec import REFERENCE
 from fp8lab.calibration.tables import tokens_to_threshold
@@ -86,7 +86,7 @@ def headline(
             ):
                 if m in r and r[m] is not None and not (isinstance(r[m], float) and math.isnan(r[m])):
                     out[f"quality.{name}.{m}"] = float(r[m])
-    base = _fp8_base(quality_summary) if quality_summary is not None else None
+    base = fp8_base(quality_summary) if quality_summary is not None else None
     if base is not None:
         qs = quality_summary
         emu = base.endswith(EMULATED_SUFFIX)  # emulated sets compared with emulated fp8 only, never mixed

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from fp8lab.calibration.endtoend import EMULATED_SUFFIX, _fp8_base
+from fp8lab.calibration.endtoend import EMULATED_SUFFIX, fp8_base
 from fp8lab.calibration.run import Calibration
 from fp8lab.calibration.spec import REFERENCE
 from fp8lab.calibration.tables import tokens_to_threshold
@@ -120,7 +120,7 @@ def claim_verdict(
                 f"{qs.loc[lab, 'top3_match']:.2f}"
             )
         txt = "**End to end, against auto (Study 03's measures):** " + "; ".join(rows) + "."
-        base = _fp8_base(qs)  # "fp8", or "fp8 (emulated)" on a device without the FP8 kernel
+        base = fp8_base(qs)  # "fp8", or "fp8 (emulated)" on a device without the FP8 kernel
         cal_labels = [
             lab
             for lab in qs.index

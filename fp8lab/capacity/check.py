@@ -1,5 +1,5 @@
 """Study 00's measured check: :func:`capacity_check` starts one engine per kv dtype (through
-:func:`fp8lab.results.run_cached`, so a finished run is read back, not re-run) with a fixed KV budget, and compares
+:func:`fp8lab.engine.results.run_cached`, so a finished run is read back, not re-run) with a fixed KV budget, and compares
 the engine's block count with :func:`fp8lab.kvmath.predict_num_blocks` computed from the engine's own budget and
 block size, so the comparison isolates the page-size formula (vLLM ``get_kv_cache_config_from_groups``:
 ``num_blocks = kv_budget_bytes // bytes_per_block``). A failed engine becomes a row with its status and error,
@@ -104,7 +104,7 @@ def capacity_check(
     ``block_size``, or 16 when None). ``spec_kwargs`` go to :class:`~fp8lab.specs.EngineSpec`; by default
     ``load_format="dummy"`` and ``skip_tokenizer_init=True`` (the check sends no request and weight values
     do not change the KV arithmetic, so config-only folders work). ``runner`` replaces
-    :func:`fp8lab.results.run_cached` (tests pass a fake engine); ``store`` is its results store (None:
+    :func:`fp8lab.engine.results.run_cached` (tests pass a fake engine); ``store`` is its results store (None:
     ``$FP8LAB_RUNS`` or ``runs/``).
     """
     return check_runs(
@@ -156,7 +156,7 @@ def check_runs(
         for dt in kv_dtypes
     ]
     if runner is None and measure:
-        from fp8lab.results import run_cached as runner
+        from fp8lab.engine.results import run_cached as runner
     rows, results = [], []
     where = {} if store is None else {"root": store}
     for spec in specs:

@@ -121,7 +121,7 @@ def records_check(roots: Sequence[str]) -> Any:
 
     import pandas as pd
 
-    from fp8lab.results import note_run
+    from fp8lab.engine.results import note_run
 
     check_record_roots(roots)
     rows, seen = [], set()

@@ -42,7 +42,7 @@ def run_capacity(
     spec: CapacitySpec, store: Path | None = None, runner: Callable[..., Any] | None = None
 ) -> CapacityRun:
     """Layouts, the measured check (engines in the results store ``store``, None: ``$FP8LAB_RUNS`` or ``runs/``;
-    ``runner`` replaces :func:`fp8lab.results.run_cached`: tests give a fake engine) and the engines on record."""
+    ``runner`` replaces :func:`fp8lab.engine.results.run_cached`: tests give a fake engine) and the engines on record."""
     layouts = {lay.name: lay for lay in map(kvmath.load_layout, [spec.model, *spec.configs])}
     check, results = check_runs(
         spec.model,

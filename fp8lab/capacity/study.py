@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.capacity.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.capacity.run import CapacityRun, run_capacity
 from fp8lab.capacity.spec import CapacitySpec
 from fp8lab.capacity.summary import summary, summary_rows

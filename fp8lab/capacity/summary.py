@@ -28,7 +28,7 @@ def summarize(
     check: Any,
     records: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Key numbers of the KV-memory study (notebook 00) for :func:`fp8lab.report.record_summary`.
+    """Key numbers of the KV-memory study (notebook 00) for :func:`fp8lab.report.run.record_summary`.
 
     ``formula``: rows of :func:`kvmath.summary_row`; ``plan``: of :func:`kvmath.plan_capacity`;
     ``memory``: of :func:`kvmath.memory_rows`; ``check``: :func:`capacity_check`'s table; ``records``:

@@ -1,10 +1,10 @@
 """Study 06: where does FP8 KV make decode faster? Decode step time by context length and batch.
 
-Engine-level replication (issue 35; :mod:`fp8lab.engine_schedule`): every KV dtype is started ``engines`` times,
+Engine-level replication (issue 35; :mod:`fp8lab.decode.schedule`): every KV dtype is started ``engines`` times,
 fresh, in ABBA order, in two arms: ``colocated`` (a round's auto and fp8 engines alive together, today's layout)
 and ``solo`` (one engine at a time at vLLM's default memory settings, as a user runs it). CUDA graphs on unless
 ``enforce_eager``, prefix caching off. Every engine measures every grid point (batch ``B``, context ``L``) ``reps``
-times on the same fresh random-token prompts (:mod:`fp8lab.decode_worker` says how a step time is read from one
+times on the same fresh random-token prompts (:mod:`fp8lab.decode.worker` says how a step time is read from one
 generation). With ``engines = 1`` and the co-located arm only, the design before issue 35 (one engine per dtype,
 intervals over its repetitions), which the committed 2026-11-30 runs were measured with.
 
@@ -26,7 +26,7 @@ the study):
 
 - :mod:`~fp8lab.decode.spec`: :class:`DecodeSpec` (validated, ``from_params``, ``descriptor``), :func:`plan` (the
   grid), :func:`margin`.
-- :mod:`~fp8lab.decode.run`: :func:`run_decode` (the workers, :mod:`fp8lab.decode_worker`) -> :class:`DecodeRun`;
+- :mod:`~fp8lab.decode.run`: :func:`run_decode` (the workers, :mod:`fp8lab.decode.worker`) -> :class:`DecodeRun`;
   :func:`load`, :func:`find_run`, :func:`store_bandwidth`.
 - :mod:`~fp8lab.decode.replication`: the statistics over engines (points, fits, crossover, co-location effect).
 - :mod:`~fp8lab.decode.tables`: points, fits, crossovers, co-location, roofline, capacity; :data:`ANCHORS`.

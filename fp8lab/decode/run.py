@@ -1,5 +1,5 @@
 """Run (or load, or resume) Study 06: :func:`run_decode` starts one worker per GPU group
-(:mod:`fp8lab.decode_worker`) and leaves a stored run (:class:`DecodeRun`, read by :func:`load`); :func:`find_run`
+(:mod:`fp8lab.decode.worker`) and leaves a stored run (:class:`DecodeRun`, read by :func:`load`); :func:`find_run`
 finds a spec's run in a store or an archive measured elsewhere; :func:`store_bandwidth` keeps the roofline's
 bandwidth with the run."""
 
@@ -75,7 +75,7 @@ def _failed(starts: dict[str, dict[str, Any]], group: str) -> set[str]:
 
 def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) -> DecodeRun:
     """Measure (or load, or resume) the grid of ``spec`` in the results store ``root`` (default: runs/)."""
-    from fp8lab import results
+    from fp8lab.engine import results
 
     desc = spec.descriptor()
     rd = (root or runs_dir()) / STUDY / spec_hash(desc)
@@ -106,8 +106,8 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
     before = load(rd).starts if any(rd.glob("g*/engines.json")) else {}
     lay = kvmath.load_layout(spec.engine_spec(spec.kv_dtypes[0]).model)
     engine_specs = {arm: {d: spec.engine_spec(d, arm).to_dict() for d in spec.kv_dtypes} for arm in spec.arms}
-    from fp8lab import decode_worker
-    from fp8lab.engine import _kill_group, _reap_descendants, worker_context
+    from fp8lab.decode import worker as decode_worker
+    from fp8lab.engine.procs import kill_group, reap_descendants, worker_context
 
     ctx = worker_context()
 
@@ -145,9 +145,9 @@ def run_decode(spec: DecodeSpec, root: Path | None = None, force: bool = False) 
     for proc in procs:
         proc.join(timeout=max(spec.timeout_s - (time.perf_counter() - t0), 1.0))
         if proc.is_alive():
-            _reap_descendants(proc.pid)
-        _kill_group(proc.pid)
-        _reap_descendants(proc.pid)
+            reap_descendants(proc.pid)
+        kill_group(proc.pid)
+        reap_descendants(proc.pid)
         proc.join(timeout=10)
     run = load(rd)
     left = [
@@ -252,7 +252,7 @@ def load(run_dir: Path) -> DecodeRun:
             engines.setdefault(d, {**facts, "groups": []})["groups"].append(f.parent.name)
             if facts.get("status") != "ok":
                 engines[d].update(status=facts.get("status"), error=facts.get("error"))
-    from fp8lab.results import note_run
+    from fp8lab.engine.results import note_run
 
     note_run(run_dir, prov, "complete" if (run_dir / "complete.json").exists() else "partial")
     return DecodeRun(
@@ -312,8 +312,8 @@ def find_run(records: str | Path, spec: DecodeSpec, scratch: str | Path | None =
 def store_bandwidth(run: DecodeRun, value: float | str | None = None) -> dict[str, Any]:
     """The memory bandwidth for the roofline: ``value`` (GB/s) when given; else the figure stored with the run
     (``bandwidth.json``, measured on the machine that ran it); else measured here and stored
-    (:func:`fp8lab.bandwidth.resolve_bandwidth`)."""
-    from fp8lab.bandwidth import resolve_bandwidth
+    (:func:`fp8lab.engine.bandwidth.resolve_bandwidth`)."""
+    from fp8lab.engine.bandwidth import resolve_bandwidth
 
     path = run.run_dir / "bandwidth.json"
     if value is None and path.exists():

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fp8lab import kvmath
-from fp8lab.engine_schedule import ARMS, EngineSet, abba_schedule
+from fp8lab.decode.schedule import ARMS, EngineSet, abba_schedule
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
@@ -53,7 +53,7 @@ class DecodeSpec:
     lists, one worker each, the grid's batches shared among them (``None``: one worker, devices as visible);
     ``engine_args``: further ``vllm.LLM`` keyword arguments, as given (e.g. ``disable_custom_all_reduce``).
 
-    Engine-level replication (issue 35; :mod:`fp8lab.engine_schedule`): ``engines``: fresh engines per dtype and
+    Engine-level replication (issue 35; :mod:`fp8lab.decode.schedule`): ``engines``: fresh engines per dtype and
     arm (rounds, started in ABBA order; 1: one engine per dtype, its repetitions the only replication, the design
     before issue 35); ``arms``: ``colocated`` (a round's engines alive together with the memory settings above, or
     one after the other with ``concurrent_engines`` off) and/or ``solo`` (one engine at a time with
@@ -153,7 +153,7 @@ class DecodeSpec:
         return self.engines > 1 or self.arms != ("colocated",)
 
     def schedule(self) -> list[EngineSet]:
-        """The engines in the order they start (:func:`fp8lab.engine_schedule.abba_schedule`)."""
+        """The engines in the order they start (:func:`fp8lab.decode.schedule.abba_schedule`)."""
         return abba_schedule(self.kv_dtypes, self.engines, self.arms, colocate=self.concurrent_engines)
 
     def engine_spec(self, kv_dtype: str, arm: str = "colocated") -> EngineSpec:
@@ -192,18 +192,18 @@ class DecodeSpec:
         return spec if spec.max_model_len is not None else fit_model_len(spec)
 
     def descriptor(self) -> dict[str, Any]:
-        """What determines the outcome: the spec with its model as given (:func:`fp8lab.results.model_ref`, so a store
+        """What determines the outcome: the spec with its model as given (:func:`fp8lab.engine.results.model_ref`, so a store
         loads on another machine or checkout) and what that model is (``model_digest``), the protocol, and the vLLM
         and torch versions, engine-side code and this study's worker (another vLLM or an edited worker measures
-        anew; :func:`fp8lab.results.run_versions`)."""
-        from fp8lab.results import study_descriptor
+        anew; :func:`fp8lab.engine.results.run_versions`)."""
+        from fp8lab.engine.results import study_descriptor
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
         if not self.replicated:  # the design before issue 35: its descriptor as it was
             for k in ("engines", "arms", "solo_gpu_memory_utilization", "solo_kv_cache_gib"):
                 d.pop(k)
-        return study_descriptor(STUDY, PROTOCOL, d, self.model, self.load_format, ("decode_worker.py",))
+        return study_descriptor(STUDY, PROTOCOL, d, self.model, self.load_format, ("decode/worker.py",))
 
 
 def margin(spec: DecodeSpec, batch: int, context: int) -> int:

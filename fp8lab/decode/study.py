@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.decode.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.decode.run import DecodeRun, find_run, run_decode, store_bandwidth
 from fp8lab.decode.spec import DecodeSpec, plan
 from fp8lab.decode.summary import summary, summary_rows
@@ -41,6 +42,8 @@ from fp8lab.specs import check_float
 from fp8lab.study import Verdict
 
 NAME = "06_decode_speed"
+#: What only the native FP8 KV kernel can measure (:func:`fp8lab.report.degrade.gate`).
+NATIVE_ONLY = "decode step time"
 #: The claims audit's claims this study is the evidence of, each with the audit's per-report rule that judges it.
 CLAIMS: dict[str, str] = {
     "6b": "rule_long_speed",

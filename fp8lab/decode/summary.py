@@ -9,7 +9,6 @@ from typing import Any
 
 from fp8lab.decode.run import DecodeRun
 from fp8lab.decode.tables import (
-    _records,
     arm_table,
     capacity_table,
     crossover_table,
@@ -17,6 +16,7 @@ from fp8lab.decode.tables import (
     point_table,
     primary_arm,
     roofline_table,
+    table_records,
 )
 
 #: How each arm is named in a row's ``setting`` and in prose.
@@ -52,13 +52,13 @@ def summary(run: DecodeRun, bandwidth_gbs: float | None = None) -> dict[str, Any
         "complete": run.complete,
         "engines_ok": ok,
         "engine_errors": {d: e.get("error") for d, e in run.engines.items() if e.get("status") != "ok"},
-        "points": _records(pts),
-        "fits": _records(fits),
-        "crossovers": _records(cross),
-        "roofline": _records(
+        "points": table_records(pts),
+        "fits": table_records(fits),
+        "crossovers": table_records(cross),
+        "roofline": table_records(
             roof[["kv_dtype", "batch", "context_len", "fraction"]] if roof is not None and not roof.empty else None
         ),
-        "capacity": _records(cap),
+        "capacity": table_records(cap),
         "capacity_exact": bool(len(cap)) and bool(cap.exact.all()),
         "min_detectable_pct": float(np.median(hw)) if len(hw) else None,
         "max_ci_half_width_pct": float(max(hw)) if len(hw) else None,
@@ -82,8 +82,8 @@ def _design(run: DecodeRun) -> dict[str, Any]:
         return out
     out["solo_gpu_memory_utilization"] = spec.get("solo_gpu_memory_utilization")
     out["solo_kv_cache_gib"] = spec.get("solo_kv_cache_gib")
-    out["points_by_arm"] = {a: _records(point_table(run, arm=a)) for a in out["arms"]}
-    out["arm_effect"] = _records(arm_table(run))
+    out["points_by_arm"] = {a: table_records(point_table(run, arm=a)) for a in out["arms"]}
+    out["arm_effect"] = table_records(arm_table(run))
     out["engine_failures"] = {k: e.get("error") for k, e in run.starts.items() if e.get("status") != "ok"}
     out["engine_start_s"] = sorted(
         round(float(e["engine_start_s"]), 1) for e in run.starts.values() if e.get("engine_start_s") is not None
@@ -114,7 +114,7 @@ def summary_rows(run: DecodeRun, base: str = "auto", other: str = "fp8") -> list
     # each engine's KV blocks beside the formula's for its budget and block size (capacity_table; none without a
     # fixed KV budget)
     cap = capacity_table(run)
-    for r in _records(cap):
+    for r in table_records(cap):
         at = {
             "study": "decode",
             "kv_dtype": r["kv_dtype"],
@@ -160,7 +160,7 @@ def _point_rows(
 
     finite = _finite
     rows = []
-    for p in _records(pts):
+    for p in table_records(pts):
         at = {"batch": int(p["batch"]), "context_len": int(p["context_len"]), "n": int(p["n"])}
         for d in (base, other):
             if finite(p.get(f"{d}_step_ms")):
@@ -196,7 +196,7 @@ def _design_rows(run: DecodeRun, base: str, other: str, setting: str, prov: dict
     common["device"] = prov.get("device") or "unknown"
     rows = []
     diff = f"{other}-{base}"
-    for f in _records(fit_table(run)):
+    for f in table_records(fit_table(run)):
         if not _finite(f.get("a_ms")):
             continue
         ci = (f["a_ms_ci_low"], f["a_ms_ci_high"]) if _finite(f.get("a_ms_ci_low")) else (None, None)
@@ -215,7 +215,7 @@ def _design_rows(run: DecodeRun, base: str, other: str, setting: str, prov: dict
                 unit="ms",
             )
         )
-    for c in _records(crossover_table(run, base, other)):
+    for c in table_records(crossover_table(run, base, other)):
         if not _finite(c.get("context_len")):
             continue
         both = _finite(c.get("ci_low")) and _finite(c.get("ci_high"))

@@ -247,7 +247,7 @@ def capacity_table(run: DecodeRun) -> Any:
     return pd.DataFrame(rows)
 
 
-def _records(table: Any) -> list[dict[str, Any]]:
+def table_records(table: Any) -> list[dict[str, Any]]:
     """A table's rows as dicts, a missing value (NaN: pandas' form of a None among numbers) as ``None``."""
     return (
         [

@@ -40,8 +40,9 @@ def stored_rows(device: str, vllm: str | None, root: Path | None = None) -> tupl
 def machine_matrix(model: str | None = None, probe: bool = False, root: Path | None = None) -> dict[str, Any]:
     """``rows``: one per dtype the installed vLLM accepts (``kv_cache_dtype``, ``here``: starts | refused | crashed |
     undecided, ``cause_class``, ``why``, ``source``); ``source_run`` where a stored run answered."""
-    from fp8lab import devices, kvmath
+    from fp8lab import kvmath
     from fp8lab.dtypes.spec import MatrixSpec
+    from fp8lab.engine import devices
     from fp8lab.kvformats import allowed_kv_dtypes, installed_choices
     from fp8lab.paths import TINY_MODEL_DIR
 

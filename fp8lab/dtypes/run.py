@@ -5,7 +5,7 @@ a :class:`MatrixRun`.
 A row that the installed vLLM's own answer already refuses is recorded without an engine (fast, and exactly what the
 engine would refuse on): the attention backend this platform always uses (``CPU_ATTN`` on a CPU) does not take the
 dtype (its ``supports_kv_cache_dtype``, :func:`fp8lab.vllm_options.cached_engine_choices`), or fp8lab's capability
-rule says this device has no kernel for it (:func:`fp8lab.capability.kv_support`: FP8 on an AVX2-only CPU). Every
+rule says this device has no kernel for it (:func:`fp8lab.engine.capability.kv_support`: FP8 on an AVX2-only CPU). Every
 other row starts an engine; a refusal at start, a crash during the measurement, a worker that dies or times out is
 recorded with its root cause and the next row goes on.
 
@@ -95,7 +95,7 @@ class MatrixRun:
 
 
 def load(run_dir: Path) -> MatrixRun:
-    from fp8lab.results import note_run
+    from fp8lab.engine.results import note_run
 
     desc = json.loads((run_dir / "spec.json").read_text())
     order = [r["label"] for r in _plan(desc)]
@@ -131,7 +131,7 @@ def _is_mla(model: str) -> bool:
 
 def precheck(spec: MatrixSpec, row: dict[str, Any], info: dict[str, Any] | None) -> dict[str, Any] | None:
     """The row's refusal from vLLM's own answer or fp8lab's capability rule, without an engine; None: start one."""
-    from fp8lab.capability import kv_support
+    from fp8lab.engine.capability import kv_support
 
     d = row["kv_cache_dtype"]
     if d in spec.start_anyway:
@@ -156,7 +156,8 @@ def precheck(spec: MatrixSpec, row: dict[str, Any], info: dict[str, Any] | None)
 
 def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path, without_forcing: bool = False) -> None:
     from fp8lab.dtypes import worker
-    from fp8lab.engine import _kill_group, _reap_descendants, root_cause, worker_context
+    from fp8lab.engine.procs import kill_group, reap_descendants, worker_context
+    from fp8lab.engine.result import root_cause
 
     log = rd / "logs" / f"{row['label']}.log"
     log.parent.mkdir(exist_ok=True)
@@ -172,9 +173,9 @@ def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path, without_forcing: b
     proc.join(timeout=spec.timeout_s)
     timed_out = proc.is_alive()
     if timed_out:
-        _reap_descendants(proc.pid)
-    _kill_group(proc.pid)
-    _reap_descendants(proc.pid)
+        reap_descendants(proc.pid)
+    kill_group(proc.pid)
+    reap_descendants(proc.pid)
     proc.join(timeout=10)
     out = rd / "rows" / f"{row['label']}.json"
     if not out.exists():  # the worker died (a signal, an abort) or ran out of time: a crash, recorded
@@ -187,7 +188,7 @@ def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path, without_forcing: b
 def run_matrix(spec: MatrixSpec, root: Path | None = None, force: bool = False) -> MatrixRun:
     """Measure (or load, or resume) ``spec`` in the results store ``root`` (default: runs/): one worker per row not
     stored yet; a refusal vLLM's own answer gives is stored without an engine."""
-    from fp8lab import devices, results
+    from fp8lab.engine import devices, results
     from fp8lab.vllm_options import cached_engine_choices
 
     desc = spec.descriptor()

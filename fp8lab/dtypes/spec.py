@@ -137,10 +137,10 @@ class MatrixSpec:
 
     def descriptor(self) -> dict[str, Any]:
         """What determines the outcome (hashed to name the run): the spec with its model as given
-        (:func:`fp8lab.results.model_ref`) and the digest of the model's config and weights, never where the model
+        (:func:`fp8lab.engine.results.model_ref`) and the digest of the model's config and weights, never where the model
         lies; the protocol; the vLLM and torch versions, the engine-side code and this study's own worker
-        (:func:`fp8lab.results.run_versions`, ``study_code``)."""
-        from fp8lab.results import study_descriptor
+        (:func:`fp8lab.engine.results.run_versions`, ``study_code``)."""
+        from fp8lab.engine.results import study_descriptor
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")

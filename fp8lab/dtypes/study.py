@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.dtypes.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.dtypes.quality import METHOD
 from fp8lab.dtypes.run import MatrixRun, run_matrix
 from fp8lab.dtypes.spec import MatrixSpec

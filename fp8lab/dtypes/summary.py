@@ -1,4 +1,4 @@
-"""Study 08's flat summary: what the notebook records (:func:`fp8lab.report.record_summary`), the index and the claims
+"""Study 08's flat summary: what the notebook records (:func:`fp8lab.report.run.record_summary`), the index and the claims
 audit read. No None or NaN: a figure that does not exist for a row is left out."""
 
 from __future__ import annotations

@@ -78,14 +78,14 @@ def _ids(rng: Any, vocab: int, n: int) -> list[int]:
 
 def _quality_windows(spec: dict[str, Any], model: str, vocab: int) -> tuple[str, list[list[int]]]:
     """The quality windows (``quality_prompt_tokens`` of context + ``quality_gen_tokens`` scored), with where they
-    come from: real held-out text in the model's own tokenizer (:func:`fp8lab.longdocs.document_ids`, a different
+    come from: real held-out text in the model's own tokenizer (:func:`fp8lab.longctx.documents.document_ids`, a different
     place of the document per window) where the model has one, else seeded random token ids (a dummy-weights or
     tokenizer-less model, where text means nothing)."""
     import numpy as np
 
     n, ctx, gen = spec["quality_prompts"], spec["quality_prompt_tokens"], spec["quality_gen_tokens"]
     try:
-        from fp8lab.longdocs import document_ids
+        from fp8lab.workloads import document_ids
 
         return "held-out text", [list(document_ids(model, ctx + gen, offset=40_009 * i)) for i in range(n)]
     except Exception:  # noqa: BLE001 - no tokenizer for this model: random ids, said so in the record
@@ -202,8 +202,8 @@ def decode_times(llm: Any, spec: dict[str, Any], vocab: int) -> list[dict[str, A
 
 def measure(spec: dict[str, Any], row: dict[str, Any], out: Path, log: Path) -> dict[str, Any]:
     """Start the row's engine, probe and measure it; the row's record (never raises)."""
-    from fp8lab.decode_worker import _start
-    from fp8lab.engine import classify_failure, root_cause
+    from fp8lab.engine.result import classify_failure, root_cause
+    from fp8lab.engine.worker import start_llm
 
     rec: dict[str, Any] = {**row}
     before = log.stat().st_size if log.exists() else 0
@@ -215,7 +215,7 @@ def measure(spec: dict[str, Any], row: dict[str, Any], out: Path, log: Path) -> 
 
         extra["logits_processors"] = [FORCING_FQCN]  # forced decode: quality scored through the KV cache
     try:
-        llm, facts = _start(row["engine"], log, extra)
+        llm, facts = start_llm(row["engine"], log, extra)
     except BaseException as exc:  # noqa: BLE001 - a refusal is this row's result
         print(traceback.format_exc(), file=sys.stderr, flush=True)
         text = log.read_text(errors="replace")[before:] if log.exists() else ""
@@ -266,8 +266,8 @@ def worker_main(spec: dict[str, Any], row: dict[str, Any], out_dir: str, log_pat
 
 
 def entry(log_path: str, env: dict[str, str], spec: dict[str, Any], row: dict[str, Any], out_dir: str) -> None:
-    """Spawn target: :func:`fp8lab.engine_worker.prepare_worker` (log, environment), then the row."""
-    from fp8lab.engine_worker import prepare_worker
+    """Spawn target: :func:`fp8lab.engine.worker.prepare_worker` (log, environment), then the row."""
+    from fp8lab.engine.worker import prepare_worker
 
     prepare_worker(log_path, {**env, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"})
     worker_main(spec, row, out_dir, log_path)

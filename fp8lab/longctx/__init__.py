@@ -6,7 +6,7 @@ is silent failure (no error, worse output) rather than OOM, and most "128K tests
 because they feed random tokens. This module measures each claim; the notebook
 ``notebooks/04_long_context_ramp_128k.ipynb`` only calls it.
 
-What runs (one :class:`LongCtxPlan`; every engine through :func:`fp8lab.results.run_cached`, so a
+What runs (one :class:`LongCtxPlan`; every engine through :func:`fp8lab.engine.results.run_cached`, so a
 finished run is loaded, a failed one is kept with its reason, and the study goes on):
 
 - **Ramp** (one engine per kv dtype, ``max_model_len`` = the longest prompt + output): a warm-up, then
@@ -27,7 +27,7 @@ finished run is loaded, a failed one is kept with its reason, and the study goes
   position, on real text and on random tokens; and passkey retrieval at several depths
   (Mohtashami & Jaggi, "Landmark Attention", arXiv:2305.16300, appendix: the task's wording).
 
-Prompts (:mod:`fp8lab.longdocs`) are exact-length slices of one long document built from the held-out text (``data/text``):
+Prompts (:mod:`fp8lab.longctx.documents`) are exact-length slices of one long document built from the held-out text (``data/text``):
 documents concatenated with their paragraph structure, with generated code blocks and JSON objects
 inserted every few paragraphs, as the field reports did. Dummy-weight models (no tokenizer) get
 seeded random token ids for the performance part.
@@ -71,6 +71,25 @@ from fp8lab.longctx.divergence import (
     random_token_table,
     stored_divergence,
 )
+
+# The study's inputs live in fp8lab.longctx.documents, and the spec's checks in fp8lab.specs; the names the former
+# fp8lab/longctx.py imported stay importable from here.
+from fp8lab.longctx.documents import (
+    PASSKEY_LABELS,
+    PASSKEY_MULTI_NEEDLE,
+    PASSKEY_MULTI_QUESTION,
+    PASSKEY_NEEDLE,
+    PASSKEY_OUTPUT_TOKENS,
+    PASSKEY_QUESTION,
+    PASSKEY_TASK,
+    GridKind,
+    PasskeyItem,
+    PromptSource,
+    insert_at_depth,
+    length_grid,
+    passkey_correct,
+    passkey_items,
+)
 from fp8lab.longctx.growth import (
     GROWTH_METRICS,
     crossover_table,
@@ -91,45 +110,20 @@ from fp8lab.longctx.phases import (
     sweep_phases,
 )
 from fp8lab.longctx.ramp import (
-    _decode_overlap_peak as _decode_overlap_peak,  # tests read it here
-)
-from fp8lab.longctx.ramp import (
     blocksize_table,
     boundary_table,
     capacity_frontier,
     frontier_at_budgets,
     ramp_table,
 )
+from fp8lab.longctx.ramp import (
+    overlap_peak as overlap_peak,  # tests read it here
+)
 from fp8lab.longctx.run import EMULATED_ROLE, LongCtxResult, plan_table, ramp_max_model_len, run_study
 from fp8lab.longctx.spec import BASELINE, STUDY, LongCtxPlan
 from fp8lab.longctx.summary import summary_rows, summary_values
 from fp8lab.longctx.tables import Tables, tables  # the function `tables` shadows the submodule's name here
 from fp8lab.longctx.verdict import claims, verdict_markdown
-
-# The study's inputs live in fp8lab.longdocs, and the spec's checks in fp8lab.specs; the names the former
-# fp8lab/longctx.py imported stay importable from here.
-from fp8lab.longdocs import (
-    PASSKEY_LABELS,
-    PASSKEY_MULTI_NEEDLE,
-    PASSKEY_MULTI_QUESTION,
-    PASSKEY_NEEDLE,
-    PASSKEY_OUTPUT_TOKENS,
-    PASSKEY_QUESTION,
-    PASSKEY_TASK,
-    GridKind,
-    InsertKind,
-    PasskeyItem,
-    PromptSource,
-    assemble_document,
-    code_block,
-    document_ids,
-    insert_at_depth,
-    json_object,
-    length_grid,
-    passkey_correct,
-    passkey_items,
-    random_ids,
-)
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
@@ -145,6 +139,7 @@ from fp8lab.specs import (
     check_model_folder,
     resolve_model,
 )
+from fp8lab.workloads import InsertKind, assemble_document, code_block, document_ids, json_object, random_ids
 
 __all__ = [
     "BASELINE",

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fp8lab.longctx.documents import passkey_correct
 from fp8lab.longctx.phases import quality_documents
-from fp8lab.longctx.ramp import _stats
+from fp8lab.longctx.ramp import stats
 from fp8lab.longctx.run import EMULATED_ROLE, LongCtxResult
 from fp8lab.longctx.spec import BASELINE
-from fp8lab.longdocs import passkey_correct
 from fp8lab.specs import SpecError
 
 
@@ -179,9 +179,9 @@ def passkey_table(res: LongCtxResult) -> pd.DataFrame:
     by = _quality_records(res, "passkey")
     if not by or not res.passkey:
         return pd.DataFrame()
-    from fp8lab.workloads import _tokenizer
+    from fp8lab.workloads import load_tokenizer
 
-    tok = _tokenizer(res.plan.quality_model)
+    tok = load_tokenizer(res.plan.quality_model)
     rows = []
     for dt, g in by.items():
         for it in res.passkey:
@@ -318,7 +318,7 @@ def random_token_table(res: LongCtxResult, div_trend: pd.DataFrame | None = None
             rt, ta, tb = (ph[ph.tag == f"{k}-L{L}"] for k in ("randtok", "text-a", "text-b"))
             if rt.empty or ta.empty or tb.empty:
                 continue
-            r, a, b = _stats(rt), _stats(ta), _stats(tb)
+            r, a, b = stats(rt), stats(ta), stats(tb)
             rows.append(
                 {
                     "kv_dtype": dt,

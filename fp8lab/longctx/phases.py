@@ -1,6 +1,6 @@
 """The phases (requests) each engine of Study 04 runs: the ramp's prompts of every length, the block-size
 sweep's, the teacher-forced documents and passkey prompts of the quality part, and :func:`phase_meta`, which reads
-a phase name back (kind, concurrency, length). Prompts come from :mod:`fp8lab.longdocs`."""
+a phase name back (kind, concurrency, length). Prompts come from :mod:`fp8lab.longctx.documents`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from fp8lab.longctx.documents import PASSKEY_OUTPUT_TOKENS, PasskeyItem, passkey_items
 from fp8lab.longctx.spec import LongCtxPlan
-from fp8lab.longdocs import PASSKEY_OUTPUT_TOKENS, PasskeyItem, document_ids, passkey_items, random_ids
 from fp8lab.scoring import forced_request
 from fp8lab.specs import Phase, Request
+from fp8lab.workloads import document_ids, random_ids
 
 _PHASE_RE = re.compile(r"^(?:ramp-c(?P<c>\d+)-L(?P<L>\d+)|randtok-L(?P<rL>\d+)|(?P<other>.+))$")
 

@@ -24,7 +24,7 @@ from fp8lab.longctx.run import LongCtxResult
 from fp8lab.longctx.spec import LongCtxPlan
 
 
-def _decode_overlap_peak(g: pd.DataFrame) -> int:
+def overlap_peak(g: pd.DataFrame) -> int:
     """Most requests of ``g`` decoding at the same moment, from client timestamps: request ``i`` decodes
     over ``[sent + ttft, sent + e2e]``. ``C`` requests that all held their KV at once overlap ``C``-fold;
     requests the pool could not hold together run one after another."""
@@ -52,7 +52,7 @@ def _ramp_engine(res: LongCtxResult, kv_dtype: str) -> tuple[Any | None, str]:
     return (ok[-1] if ok else None), (runs[0].status if runs else "not run")
 
 
-def _stats(g: pd.DataFrame) -> dict[str, float]:
+def stats(g: pd.DataFrame) -> dict[str, float]:
     from fp8lab import metrics
 
     itl = metrics.explode_itl(g)["itl_s"].to_numpy() if "itl_s" in g else np.array([])
@@ -114,7 +114,7 @@ def ramp_table(res: LongCtxResult) -> pd.DataFrame:
                 nb, ebs = int(p.num_blocks), int(p.engine_block_size)
                 # 0 means the sampler (every 0.1 s) caught no step of a short phase: not measured
                 usage = float(p.kv_usage_peak) if pd.notna(p.kv_usage_peak) and p.kv_usage_peak > 0 else np.nan
-                overlap = _decode_overlap_peak(g)
+                overlap = overlap_peak(g)
                 preempt = float(p.preemptions)
                 blocks_peak = round(usage * (nb - NULL_BLOCKS)) if np.isfinite(usage) else 0
                 # co-resident: all C decoded at once, or the pool held C full prompts at once (a short generation
@@ -131,7 +131,7 @@ def ramp_table(res: LongCtxResult) -> pd.DataFrame:
                         **row,
                         "outcome": outcome,
                         "max_model_len": mml,
-                        **_stats(g),
+                        **stats(g),
                         "preemptions": preempt,
                         "kv_usage_peak": usage,
                         "blocks_used_peak": round(usage * (nb - NULL_BLOCKS)) if np.isfinite(usage) else np.nan,
@@ -310,7 +310,7 @@ def blocksize_table(res: LongCtxResult) -> pd.DataFrame:
             if g.empty:
                 rows.append({**row, "outcome": "over_capacity"})
                 continue
-            rows.append({**row, "outcome": "ok", **_stats(g[g.engine == g.engine.max()])})
+            rows.append({**row, "outcome": "ok", **stats(g[g.engine == g.engine.max()])})
     out = pd.DataFrame(rows)
     if len(out) and "e2e_p50_s" in out:
         for m, col in (("e2e_p50_s", "e2e_vs_best"), ("itl_p50_s", "itl_vs_best"), ("ttft_p50_s", "ttft_vs_best")):

@@ -1,4 +1,4 @@
-"""Running Study 04: :func:`run_study` starts (or loads, through :func:`fp8lab.results.run_cached`) every engine of
+"""Running Study 04: :func:`run_study` starts (or loads, through :func:`fp8lab.engine.results.run_cached`) every engine of
 a :class:`~fp8lab.longctx.spec.LongCtxPlan` (the ramps, the block-size sweep, the boundary probes, the separate
 quality engines, and on a device without the native FP8 KV kernel the emulated quality engines) and collects
 what they recorded into one :class:`LongCtxResult` of tidy frames; :func:`plan_table` shows the engines before
@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from fp8lab.longctx.boundary import longest_context, parse_estimated_max_len, predicted_num_blocks
+from fp8lab.longctx.documents import PasskeyItem
 from fp8lab.longctx.phases import fit_phases, phase_meta, quality_phases, ramp_phases, sweep_phases
 from fp8lab.longctx.spec import STUDY, LongCtxPlan
-from fp8lab.longdocs import PasskeyItem
 from fp8lab.specs import EngineSpec, Phase
 
 
@@ -38,7 +38,7 @@ class LongCtxResult:
     phases: pd.DataFrame = field(default_factory=pd.DataFrame)
     wall_s: float = 0.0
     emulated: list[str] = field(default_factory=list)  # labels of FP8 dtypes whose quality phases ran emulated
-    notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.capability)
+    notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.engine.capability)
 
     def results(self, role: str, kv_dtype: str | None = None) -> list[Any]:
         """The engine results of ``role`` (and ``kv_dtype``), in run order."""
@@ -132,11 +132,11 @@ def run_study(
     A ramp engine whose dtype cannot hold the ramp's ``max_model_len`` (predicted from the budget, or
     reported by vLLM's start-up error when vLLM sizes the cache) runs at the longest length it holds,
     and the longer lengths become ``over_capacity`` outcomes. ``runner`` replaces
-    :func:`fp8lab.results.run_cached` (same signature; tests pass a fake).
+    :func:`fp8lab.engine.results.run_cached` (same signature; tests pass a fake).
     """
     real_engines = runner is None  # a fake runner (tests) cannot emulate: the device's capability is not asked
     if runner is None:
-        from fp8lab.results import run_cached as runner
+        from fp8lab.engine.results import run_cached as runner
     t_start = time.perf_counter()
     bs = plan.resolved_block_size()
     runs: list[dict[str, Any]] = []
@@ -152,8 +152,8 @@ def run_study(
         **kw: Any,
     ) -> Any:
         t = time.perf_counter()
-        if emulate:  # an FP8 spec on an emulated-FP8 engine (fp8lab.fp8emu), stored apart from native runs
-            from fp8lab import fp8emu
+        if emulate:  # an FP8 spec on an emulated-FP8 engine (fp8lab.engine.fp8emu), stored apart from native runs
+            from fp8lab.engine import fp8emu
 
             env = fp8emu.env_for(spec.kv_cache_dtype)
             res = runner(
@@ -220,7 +220,7 @@ def run_study(
             if over > 10_000_000:
                 continue
             # the probe is about memory, not positions; it only starts, so the offline driver (on a CPU its engine
-            # core runs in the worker: no second process to start, fp8lab.devices.engine_env)
+            # core runs in the worker: no second process to start, fp8lab.engine.devices.engine_env)
             run(
                 "probe",
                 dt,
@@ -262,11 +262,11 @@ def _run_emulated(
     plan: LongCtxPlan, q_phases: Sequence[Phase], study: str, run: Callable[..., Any]
 ) -> tuple[list[str], list[str]]:
     """On a device without the native FP8 KV kernel: the quality phases (divergence, passkey) of each FP8
-    dtype again on an emulated-FP8 engine (:mod:`fp8lab.fp8emu`), labelled ``<dtype> (emulated)``; its ramp,
+    dtype again on an emulated-FP8 engine (:mod:`fp8lab.engine.fp8emu`), labelled ``<dtype> (emulated)``; its ramp,
     sweep and probe engines stay ``unsupported`` (speed and capacity are never emulated). Returns the
     emulated labels and the sentences saying what was not measured and why."""
-    from fp8lab import fp8emu
-    from fp8lab.capability import emulation_note, kv_support
+    from fp8lab.engine import fp8emu
+    from fp8lab.engine.capability import emulation_note, kv_support
 
     qmodel = plan.quality_model or plan.model
     missing = [(dt, kv_support(dt, plan.model)) for dt in plan.kv_dtypes]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fp8lab import kvmath
-from fp8lab.longdocs import PASSKEY_LABELS, PASSKEY_OUTPUT_TOKENS, InsertKind, PromptSource, length_grid
+from fp8lab.longctx.documents import PASSKEY_LABELS, PASSKEY_OUTPUT_TOKENS, PromptSource, length_grid
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
@@ -23,6 +23,7 @@ from fp8lab.specs import (
     check_model_folder,
     resolve_model,
 )
+from fp8lab.workloads import InsertKind
 
 STUDY = "04_long_context"
 BASELINE = "auto"

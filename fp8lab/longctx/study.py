@@ -35,6 +35,7 @@ from typing import Any
 
 from fp8lab.audit.scale import Finding, safe
 from fp8lab.errors import SpecError
+from fp8lab.longctx.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.longctx.run import LongCtxResult, run_study
 from fp8lab.longctx.spec import LongCtxPlan
 from fp8lab.longctx.summary import summary_rows, summary_values

@@ -1,5 +1,5 @@
 """Study 04's machine-readable key numbers (:func:`summary_values`, what the notebook records with
-:func:`fp8lab.report.record_summary` and the claims audit reads) and the same numbers as typed rows
+:func:`fp8lab.report.run.record_summary` and the claims audit reads) and the same numbers as typed rows
 (:func:`summary_rows`, :mod:`fp8lab.summary_table`)."""
 
 from __future__ import annotations

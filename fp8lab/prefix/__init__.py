@@ -19,7 +19,7 @@ blocks freed tail first, a block cached once it is full, the null block, hits ca
 blocks). It gives each cell's hit rate for both block counts, and the knee: the largest ``N`` that loses no hit
 against an unbounded cache. :func:`knee_formula` is the same in one line of arithmetic.
 
-**Measurement** (:mod:`fp8lab.prefix_worker`): one engine per KV dtype, both alive, serving the whole sweep,
+**Measurement** (:mod:`fp8lab.prefix.worker`): one engine per KV dtype, both alive, serving the whole sweep,
 alternating within every cell pair (AB, BA, ...). Hit rate from vLLM's own prefix-cache counters (the per-step
 ``prefix_cache_stats`` that vLLM adds to ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits``), per-request
 ``num_cached_tokens``, TTFT, throughput, preemptions and peak KV usage per turn; ``trials`` paired repetitions
@@ -36,7 +36,7 @@ arithmetic of ``predict``, never ``run``):
 - :mod:`~fp8lab.prefix.spec`: :class:`Shape`, :class:`PrefixSpec` (validated, ``from_params``, ``descriptor``).
 - :mod:`~fp8lab.prefix.prompts`: the conversations' token ids (:func:`conversation_pool`).
 - :mod:`~fp8lab.prefix.predict`: the prediction (:class:`BlockPool`, :func:`simulate`, knees, :func:`plan`).
-- :mod:`~fp8lab.prefix.run`: :func:`run_prefix` (the worker, :mod:`fp8lab.prefix_worker`) -> :class:`PrefixRun`;
+- :mod:`~fp8lab.prefix.run`: :func:`run_prefix` (the worker, :mod:`fp8lab.prefix.worker`) -> :class:`PrefixRun`;
   :func:`load`.
 - :mod:`~fp8lab.prefix.tables`: the tables from a run's rows (cells, sweep, knees, correctness).
 - :mod:`~fp8lab.prefix.summary`: :func:`summary`, :func:`summary_rows` (the typed rows);

@@ -1,6 +1,6 @@
 """Study 07's conversations as token ids (:func:`conversation_pool`): real text from ``data/text`` (a JSON-schema
 template for the ``json`` workload) or seeded random ids for dummy weights, deterministic in (spec, shape, trial,
-index). The worker (:mod:`fp8lab.prefix_worker`) sends them."""
+index). The worker (:mod:`fp8lab.prefix.worker`) sends them."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ from fp8lab.prefix.spec import PrefixSpec, Shape
 
 
 def _text_ids(spec: PrefixSpec, length: int, offset: int) -> list[int]:
-    from fp8lab.longdocs import document_ids
+    from fp8lab.workloads import document_ids
 
     return list(document_ids(spec.model, length, offset)) if length else []
 
 
 def _random_ids(spec: PrefixSpec, length: int, seed: int) -> list[int]:
-    from fp8lab.longdocs import random_ids
-    from fp8lab.workloads import model_vocab_size
+    from fp8lab.workloads import model_vocab_size, random_ids
 
     return list(random_ids(model_vocab_size(spec.engine_spec("auto").model), length, seed)) if length else []
 
@@ -31,7 +30,7 @@ def _exact(ids: list[int], length: int, filler: list[int]) -> list[int]:
 
 def _template_text(seed: int) -> str:
     """A JSON-schema-like extraction template (instructions + schema), seeded."""
-    from fp8lab.longdocs import json_object
+    from fp8lab.workloads import json_object
 
     rng = random.Random(seed)
     example = json.loads(json_object(rng))
@@ -86,11 +85,10 @@ def conversation_pool(spec: PrefixSpec, shape: Shape, trial: int, n: int) -> lis
                 }
             )
         return pool
-    from fp8lab.longdocs import json_object
-    from fp8lab.workloads import _tokenizer
+    from fp8lab.workloads import json_object, load_tokenizer
 
     filler = _text_ids(spec, max(shape.shared, shape.private, 1), 400_000 + 1_000 * k)
-    tok = _tokenizer(spec.engine_spec("auto").model)
+    tok = load_tokenizer(spec.engine_spec("auto").model)
     if shape.kind == "json":
         shared = _exact(tok.encode(_template_text(spec.seed), add_special_tokens=False), shape.shared, filler)
     else:

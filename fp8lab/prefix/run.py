@@ -1,5 +1,5 @@
 """Running Study 07: :func:`run_prefix` measures (or loads, or resumes) a :class:`~fp8lab.prefix.spec.PrefixSpec`
-in the results store, in one spawned worker (:mod:`fp8lab.prefix_worker`) that holds one engine per KV dtype;
+in the results store, in one spawned worker (:mod:`fp8lab.prefix.worker`) that holds one engine per KV dtype;
 :func:`load` reads a stored run back as a :class:`PrefixRun`. The tables are computed from it by
 :mod:`fp8lab.prefix.tables`."""
 
@@ -68,7 +68,7 @@ class PrefixRun:
 def load(run_dir: Path) -> PrefixRun:
     import pandas as pd
 
-    from fp8lab.results import note_run
+    from fp8lab.engine.results import note_run
 
     desc = json.loads((run_dir / "spec.json").read_text())
     eng = json.loads((run_dir / "engines.json").read_text()) if (run_dir / "engines.json").exists() else {}
@@ -90,7 +90,7 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
     """Measure (or load, or resume) ``spec`` in the results store ``root`` (default: runs/). One spawned worker
     holds one engine per dtype for the whole sweep. An engine that fails to start is recorded (status and root
     cause) and the others go on; the run is complete when every cell of every engine that started is stored."""
-    from fp8lab import results
+    from fp8lab.engine import results
 
     desc = spec.descriptor()
     rd = (root or runs_dir()) / STUDY / spec_hash(desc)
@@ -120,8 +120,8 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
     (rd / "spec.json").write_text(json.dumps(desc, indent=2, sort_keys=True, default=str))
     if (rd / "complete.json").exists():
         return load(rd)
-    from fp8lab import prefix_worker
-    from fp8lab.engine import _kill_group, _reap_descendants, worker_context
+    from fp8lab.engine.procs import kill_group, reap_descendants, worker_context
+    from fp8lab.prefix import worker as prefix_worker
 
     t0 = time.perf_counter()
     proc = worker_context().Process(
@@ -137,9 +137,9 @@ def run_prefix(spec: PrefixSpec, root: Path | None = None, force: bool = False) 
     proc.start()
     proc.join(timeout=spec.timeout_s)
     if proc.is_alive():
-        _reap_descendants(proc.pid)
-    _kill_group(proc.pid)
-    _reap_descendants(proc.pid)
+        reap_descendants(proc.pid)
+    kill_group(proc.pid)
+    reap_descendants(proc.pid)
     proc.join(timeout=10)
     run = load(rd)
     # a dtype this device could not run natively leaves the run incomplete, so a device that can fills it in

@@ -212,7 +212,7 @@ class PrefixSpec:
         found through NVML without touching CUDA; 128 on CPU). The engines report theirs: the summary compares."""
         if self.block_size:
             return self.block_size
-        from fp8lab.devices import gpu_facts
+        from fp8lab.engine.devices import gpu_facts
 
         return 16 if gpu_facts() else CPU_DEFAULT_BLOCK
 
@@ -267,10 +267,10 @@ class PrefixSpec:
 
     def descriptor(self) -> dict[str, Any]:
         """What determines the outcome (hashed to name the run): the spec with its model as given
-        (:func:`fp8lab.results.model_ref`) and what that model is (``model_digest``), the protocol, and the vLLM and
-        torch versions, engine-side code and this study's worker (:func:`fp8lab.results.run_versions`)."""
-        from fp8lab.results import study_descriptor
+        (:func:`fp8lab.engine.results.model_ref`) and what that model is (``model_digest``), the protocol, and the vLLM and
+        torch versions, engine-side code and this study's worker (:func:`fp8lab.engine.results.run_versions`)."""
+        from fp8lab.engine.results import study_descriptor
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
-        return study_descriptor(STUDY, PROTOCOL, d, self.model, self.load_format, ("prefix_worker.py",))
+        return study_descriptor(STUDY, PROTOCOL, d, self.model, self.load_format, ("prefix/worker.py",))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.prefix.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.prefix.predict import plan
 from fp8lab.prefix.run import PrefixRun, run_prefix
 from fp8lab.prefix.spec import PrefixSpec

@@ -11,7 +11,7 @@ from typing import Any
 from fp8lab.prefix.predict import plan
 from fp8lab.prefix.run import PrefixRun
 from fp8lab.prefix.tables import cell_table, correctness_table, knee_table, sweep_table
-from fp8lab.prefix.verdict import _isnan, _records, claim_evidence, claim_verdict
+from fp8lab.prefix.verdict import claim_evidence, claim_verdict, isnan, json_records
 
 
 def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str, Any]:
@@ -46,9 +46,9 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
         "engine_errors": {d: e.get("error") for d, e in run.engines.items() if e.get("status") != "ok"},
         "num_blocks": {d: e.get("num_blocks") for d, e in run.engines.items() if e.get("status") == "ok"},
         "num_blocks_formula": {d: spec.num_blocks(d) for d in spec.kv_dtypes},
-        "knees": _records(knees),
-        "sweep": _records(sweep),
-        "correctness": _records(corr),
+        "knees": json_records(knees),
+        "sweep": json_records(sweep),
+        "correctness": json_records(corr),
         "counter_turns": int(cells.counter_turns.sum()) if len(cells) else 0,
         "counter_turns_complete": int(cells.counter_turns_complete.sum()) if len(cells) else 0,
     }
@@ -79,15 +79,15 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
         kb = knees[(knees.workload == w.kind) & (knees.kv_dtype == base)]
         kb_last = kb.measured_last_held.iloc[0] if len(kb) else None
         if "dhit_pp" in g:
-            inside = g[g.n_active <= (kb_last if kb_last is not None and not _isnan(kb_last) else 0)]
+            inside = g[g.n_active <= (kb_last if kb_last is not None and not isnan(kb_last) else 0)]
             if len(inside):
                 s[f"{w.kind}.max_abs_dhit_pp_inside"] = float(inside.dhit_pp.abs().max())
-            beyond = g[(g.n_active > (kb_last if kb_last is not None and not _isnan(kb_last) else 0))]
+            beyond = g[(g.n_active > (kb_last if kb_last is not None and not isnan(kb_last) else 0))]
             beyond = beyond.dropna(subset=["dhit_pp"])
             if len(beyond):
                 best = beyond.loc[beyond.dhit_pp.idxmax()]
                 s[f"{w.kind}.gain"] = {
-                    k: (None if _isnan(v) else float(v))
+                    k: (None if isnan(v) else float(v))
                     for k, v in best.items()
                     if k
                     in (
@@ -164,7 +164,7 @@ def summary_rows(
             return {}
         return {"ci_low": lo, "ci_high": hi, "detectable": stats.detectable_from_interval(lo, hi, int(pairs) - 1)}
 
-    for r in _records(sweep):
+    for r in json_records(sweep):
         pairs = _finite(r.get("n_pairs"))
         at = {"subset": r["workload"], "concurrency": int(r["n_active"])}
         n = {"n": int(pairs) if pairs else spec.trials}
@@ -195,7 +195,7 @@ def summary_rows(
                 )
         add(measured, ratio, metric="ttft_mean", unit="ratio", **paired, **t_ci)
         add(measured, r.get("tput_ratio"), metric="output_tok_s", unit="ratio", **paired, **ci(r, "tput_ratio"))
-    for k in _records(knees):
+    for k in json_records(knees):
         at = {"kv_dtype": k["kv_dtype"], "subset": k["workload"], "unit": "conversations"}
         add(computed, k.get("knee_simulated"), metric="prefix_knee_predicted", n=1, **at)
         add(measured, k.get("measured_last_held"), metric="prefix_knee_measured", n=spec.trials, **at)

@@ -39,15 +39,15 @@ def claim_evidence(s: dict[str, Any], base: str = "auto", other: str = "fp8") ->
     return (f"{s['model']} on {s['device']}, {_kv_size(s['kv_cache_gib'])} KV: " + "; ".join(parts)) if parts else ""
 
 
-def _records(df: Any) -> list[dict[str, Any]]:
+def json_records(df: Any) -> list[dict[str, Any]]:
     """A table as JSON-able records: NaN as None, numpy scalars as Python numbers."""
     out = []
     for r in df.to_dict("records") if len(df) else []:
-        out.append({k: (None if _isnan(v) else v.item() if hasattr(v, "item") else v) for k, v in r.items()})
+        out.append({k: (None if isnan(v) else v.item() if hasattr(v, "item") else v) for k, v in r.items()})
     return out
 
 
-def _isnan(v: Any) -> bool:
+def isnan(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
@@ -64,14 +64,14 @@ def claim_verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> 
     gains = [
         r
         for r in sweep
-        if r.get("dhit_pp_ci_low") is not None and not _isnan(r.get("dhit_pp_ci_low")) and r["dhit_pp_ci_low"] > 0
+        if r.get("dhit_pp_ci_low") is not None and not isnan(r.get("dhit_pp_ci_low")) and r["dhit_pp_ci_low"] > 0
     ]
-    exact_gain = [r for r in sweep if _isnan(r.get("dhit_pp_ci_low")) and (r.get("dhit_pp") or 0) > 1.0]
+    exact_gain = [r for r in sweep if isnan(r.get("dhit_pp_ci_low")) and (r.get("dhit_pp") or 0) > 1.0]
     if gains or exact_gain:
         return "refuted"
     within = all(
-        (not _isnan(r.get("dhit_pp_ci_low")) and r["dhit_pp_ci_low"] >= -1 and r["dhit_pp_ci_high"] <= 1)
-        or (_isnan(r.get("dhit_pp_ci_low")) and abs(r.get("dhit_pp") or 0) <= 1)
+        (not isnan(r.get("dhit_pp_ci_low")) and r["dhit_pp_ci_low"] >= -1 and r["dhit_pp_ci_high"] <= 1)
+        or (isnan(r.get("dhit_pp_ci_low")) and abs(r.get("dhit_pp") or 0) <= 1)
         for r in sweep
     )
     return "consistent" if within else "inconclusive"
@@ -131,7 +131,7 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
             "; deterministic, no interval"
             if g.get("dhit_deterministic")
             else f" [{g['dhit_pp_ci_low']:+.1f}, {g['dhit_pp_ci_high']:+.1f}]"
-            if g.get("dhit_pp_ci_low") is not None and not _isnan(g.get("dhit_pp_ci_low"))
+            if g.get("dhit_pp_ci_low") is not None and not isnan(g.get("dhit_pp_ci_low"))
             else ""
         )
         tt = (

@@ -69,10 +69,10 @@ from fp8lab.quality.metrics import (
     token_match_fraction,
     topk_overlap,
 )
-from fp8lab.quality.roundtrip import (  # noqa: F401  (_attention: tests)
-    _attention,
+from fp8lab.quality.roundtrip import (  # noqa: F401  (causal_attention: tests)
     attention_error_table,
     capture_prompts,
+    causal_attention,
     engine_roundtrip,
     roundtrip_points,
     roundtrip_summary,

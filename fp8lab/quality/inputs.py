@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8lab.quality.metrics import _ids
+from fp8lab.quality.metrics import as_ids
 from fp8lab.quality.spec import QualitySpec
 from fp8lab.scoring import forced_request, one_pass_request
 from fp8lab.specs import (
@@ -126,7 +126,7 @@ def teacher_phase(prompts: pd.DataFrame, continuations: Mapping[str, Sequence[in
     return Phase(
         "teacher",
         tuple(
-            forced_request(ids, _ids(continuations[pid]), spec.top_k, cls=cat, tag=pid)
+            forced_request(ids, as_ids(continuations[pid]), spec.top_k, cls=cat, tag=pid)
             for pid, cat, ids in zip(prompts.id, prompts.category, prompts.token_ids, strict=True)
         ),
     )
@@ -140,7 +140,7 @@ def teacher_one_pass_phase(
     return Phase(
         "teacher_one_pass",
         tuple(
-            one_pass_request(ids, _ids(continuations[pid]), spec.top_k, cls=cat, tag=pid)
+            one_pass_request(ids, as_ids(continuations[pid]), spec.top_k, cls=cat, tag=pid)
             for pid, cat, ids in zip(prompts.id, prompts.category, prompts.token_ids, strict=True)
         ),
     )

@@ -15,14 +15,14 @@ from fp8lab.specs import (
 )
 
 
-def _ids(x: Any) -> list[int]:
+def as_ids(x: Any) -> list[int]:
     return [] if x is None else [int(t) for t in list(x)]
 
 
 def token_match_fraction(reference: Sequence[int], candidate: Sequence[int], n: int = REPORT_N_TOKENS) -> float:
     """Fraction of the first ``n`` generated token ids that agree position by position (the reports'
     "top-3 token match" for ``n = 3``). A missing candidate token counts as a mismatch."""
-    ref, cand = _ids(reference)[:n], _ids(candidate)[:n]
+    ref, cand = as_ids(reference)[:n], as_ids(candidate)[:n]
     if len(ref) < n:
         raise SpecError("token_match_fraction", "reference", len(ref), f"at least n = {n} tokens")
     return sum(1 for i, t in enumerate(ref) if i < len(cand) and cand[i] == t) / n
@@ -31,7 +31,7 @@ def token_match_fraction(reference: Sequence[int], candidate: Sequence[int], n: 
 def identical_prefix_len(reference: Sequence[int], candidate: Sequence[int]) -> int:
     """Number of leading tokens that agree."""
     n = 0
-    for a, b in zip(_ids(reference), _ids(candidate), strict=False):
+    for a, b in zip(as_ids(reference), as_ids(candidate), strict=False):
         if a != b:
             break
         n += 1
@@ -41,7 +41,7 @@ def identical_prefix_len(reference: Sequence[int], candidate: Sequence[int]) -> 
 def first_divergence(reference: Sequence[int], candidate: Sequence[int]) -> int | None:
     """0-based position of the first disagreeing token, or None when ``candidate`` reproduces all of
     ``reference`` (a shorter candidate diverges where it stops)."""
-    ref = _ids(reference)
+    ref = as_ids(reference)
     n = identical_prefix_len(ref, candidate)
     return None if n >= len(ref) else n
 
@@ -49,13 +49,13 @@ def first_divergence(reference: Sequence[int], candidate: Sequence[int]) -> int 
 def agreement_rate(reference: Sequence[int], candidate: Sequence[int]) -> float:
     """Fraction of the reference's positions where the candidate has the same token (after a flip the
     two texts differ, so this mixes FP8 error with cascade: read it with :func:`first_divergence`)."""
-    ref, cand = _ids(reference), _ids(candidate)
+    ref, cand = as_ids(reference), as_ids(candidate)
     return sum(1 for i, t in enumerate(ref) if i < len(cand) and cand[i] == t) / len(ref) if ref else float("nan")
 
 
 def topk_overlap(a_ids: Sequence[int], b_ids: Sequence[int], k: int) -> float:
     """``|top-k(a) ∩ top-k(b)| / k`` of two rank-ordered id lists (k = 1: do the argmaxes agree)."""
-    return len(set(_ids(a_ids)[:k]) & set(_ids(b_ids)[:k])) / k
+    return len(set(as_ids(a_ids)[:k]) & set(as_ids(b_ids)[:k])) / k
 
 
 def kl_topk(p: Mapping[int, float], q: Mapping[int, float], eps: float = 1e-12) -> float:

@@ -147,7 +147,7 @@ def roundtrip_points(
     return pd.concat(frames, ignore_index=True)
 
 
-def _attention(q: Any, k: Any, v: Any, scale: float) -> tuple[Any, Any]:
+def causal_attention(q: Any, k: Any, v: Any, scale: float) -> tuple[Any, Any]:
     """Causal GQA attention in float32: q ``[T, H, D]``, k/v ``[T, H_kv, D]`` -> (out ``[T, H, D]``,
     probs ``[H, T, T]``). Query head h reads KV head ``h // (H / H_kv)`` (transformers' repeat_kv)."""
     import torch
@@ -185,7 +185,7 @@ def attention_error_table(
     rows = []
     for layer in range(capture.num_layers):
         q_all, k_all, v_all = (capture.tensor(n, layer).float() for n in ("Q", "K", "V"))
-        refs = [_attention(q, k, v, sm) for q, k, v in zip(split(q_all), split(k_all), split(v_all), strict=True)]
+        refs = [causal_attention(q, k, v, sm) for q, k, v in zip(split(q_all), split(k_all), split(v_all), strict=True)]
         for fname in formats:
             for rnd in roundings:
                 kq, vq = split(ff.roundtrip(k_all, fname, rnd, scale)), split(ff.roundtrip(v_all, fname, rnd, scale))
@@ -193,7 +193,7 @@ def attention_error_table(
                 for qq in quantize_q:
                     num = den = tv = n = 0.0
                     for q, k, v, (o_ref, p_ref) in zip(qs[qq], kq, vq, refs, strict=True):
-                        o, p = _attention(q, k, v, sm)
+                        o, p = causal_attention(q, k, v, sm)
                         num += float(((o - o_ref) ** 2).sum())
                         den += float((o_ref**2).sum())
                         tv += float(0.5 * (p - p_ref).abs().sum(-1).sum())
@@ -218,7 +218,7 @@ def engine_roundtrip(
     (``fp8``/``fp8_e4m3`` -> e4m3, ``fp8_e5m2`` -> e5m2), the engine's ``rounding`` and its scale
     (1.0 without a scale set: vLLM's default; a scale set's own scales otherwise); with
     ``quantize_q`` (Hopper FA3) also Q's round trip at scale 1.0 (vLLM's uncalibrated q_scale)."""
-    from fp8lab.fp8emu import configured_label
+    from fp8lab.engine.fp8emu import configured_label
     from fp8lab.fp8formats import KV_DTYPE_FORMAT
 
     rows = []

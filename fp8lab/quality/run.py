@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from fp8lab.quality.inputs import CopyItem, copy_task_items, greedy_phase, load_prompt_set, ppl_windows, study_phases
-from fp8lab.quality.metrics import _ids
+from fp8lab.quality.metrics import as_ids
 from fp8lab.quality.spec import BASELINE, KVConfig, QualitySpec
 from fp8lab.specs import (
     Phase,
@@ -30,7 +30,7 @@ class QualityRuns:
     windows: list[tuple[int, ...]] = field(default_factory=list)
     task: list[CopyItem] = field(default_factory=list)
     phases: list[Phase] = field(default_factory=list)  # what every measured config ran (add configs with these)
-    notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.capability)
+    notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.engine.capability)
 
     @property
     def ok_labels(self) -> list[str]:
@@ -42,7 +42,7 @@ class QualityRuns:
 
     def reference_outputs(self) -> dict[str, list[int]]:
         r = self.reference.records
-        return {t: _ids(ids) for t, ids in zip(r.tag, r.output_token_ids, strict=True)}
+        return {t: as_ids(ids) for t, ids in zip(r.tag, r.output_token_ids, strict=True)}
 
     def status_table(self) -> pd.DataFrame:
         """One row per engine run: label, dtype, model, status (a failure keeps its reason), timings."""
@@ -63,7 +63,7 @@ class QualityRuns:
                     "num_blocks": e.get("num_blocks"),
                     "cached": bool(res.extra.get("cached")),
                     "run_dir": str(res.run_dir),
-                    # an emulated run's engine had an auto cache holding FP8-rounded K/V (fp8lab.fp8emu)
+                    # an emulated run's engine had an auto cache holding FP8-rounded K/V (fp8lab.engine.fp8emu)
                     "fp8_emulation": res.extra.get("emulated"),
                 }
             )
@@ -75,7 +75,7 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
 
     A failing candidate config is kept with its status and reason; a failing baseline raises.
     """
-    from fp8lab.results import run_cached
+    from fp8lab.engine.results import run_cached
 
     def log(msg: str) -> None:
         if progress:
@@ -101,10 +101,11 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
     )
     if not ref.ok:
         raise RuntimeError(f"the baseline (auto) failed: {ref.status}: {ref.error}")
-    conts = {t: _ids(ids) for t, ids in zip(ref.records.tag, ref.records.output_token_ids, strict=True)}
+    conts = {t: as_ids(ids) for t, ids in zip(ref.records.tag, ref.records.output_token_ids, strict=True)}
     phases = study_phases(spec, prompts, conts, windows, task)
-    from fp8lab import fp8emu
-    from fp8lab.capability import emulation_note, kv_support
+    from fp8lab.engine import fp8emu
+    from fp8lab.engine.capability import emulation_note, kv_support
+    from fp8lab.engine.results import run_emulated
 
     results = {}
     ran, emulated, reasons = [], [], []
@@ -113,7 +114,7 @@ def run_quality(spec: QualitySpec, study: str = "03_quality", progress: bool = T
         sup = kv_support(cfg.kv_cache_dtype, cfg.model)
         if not sup.native and sup.emulated:  # no FP8 kernel here: the same engine, FP8-rounded K/V (fp8emu)
             cfg = KVConfig(fp8emu.emulated_label(cfg.label), cfg.model, cfg.kv_cache_dtype)
-            res = fp8emu.run_emulated(
+            res = run_emulated(
                 spec.engine_spec(cfg),
                 phases,
                 study=study,

@@ -24,6 +24,8 @@ from fp8lab.specs import (
     resolve_model,
 )
 
+#: The results-store folder of this study's engine runs.
+STUDY = "03_quality"
 #: The field reports' protocol: first N generated tokens, its "calibration failed" threshold and "fine" band.
 REPORT_N_TOKENS = 3
 REPORT_THRESHOLD = 0.85

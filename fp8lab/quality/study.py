@@ -11,7 +11,7 @@ round-trip, verdict and summary functions (it computes nothing of its own but th
 What :func:`run` measures: the engines (:func:`~fp8lab.quality.run.run_quality`, through the results store), the real
 K/V/Q of ``kv_capture_prompts`` prompts (:func:`fp8lab.kvcapture.capture_kv`, transformers on the CPU) and, where
 the native FP8 kernel and the emulation both exist, the emulated teacher-forced phase
-(:func:`fp8lab.fp8emu.compare_with_native`). Everything else is computed from those, once, on first use.
+(:func:`fp8lab.quality.emulation.compare_with_native`). Everything else is computed from those, once, on first use.
 
 The verdicts: one per candidate KV config (every config but ``auto``), its :func:`~fp8lab.quality.verdict.verdict`
 level put on the audit's scale (:data:`VERDICT_WORDS`: ``negligible`` confirms "the config leaves the outputs
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab.paths import in_store
+from fp8lab.quality.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.quality.roundtrip import (
     attention_error_table,
     capture_prompts,
@@ -78,7 +79,7 @@ class Spec(QualityStudySpec):
 class Results:
     """A Study 03 run: the engines' ``runs`` (:class:`~fp8lab.quality.run.QualityRuns`), the captured real K/V/Q
     (``capture``, :class:`fp8lab.kvcapture` capture; None: no round-trip tables) and the emulated-vs-native
-    comparison (``emulation``, :func:`fp8lab.fp8emu.compare_with_native`; None or empty: not compared)."""
+    comparison (``emulation``, :func:`fp8lab.quality.emulation.compare_with_native`; None or empty: not compared)."""
 
     spec: QualityStudySpec
     runs: QualityRuns
@@ -135,8 +136,8 @@ class Results:
 
     def summary(self) -> dict[str, Any]:
         """:func:`~fp8lab.quality.summary.headline` of the tables, the emulation comparison
-        (:func:`fp8lab.fp8emu.summary_values`) and the engine's rounding: what the notebook records."""
-        from fp8lab import fp8emu
+        (:func:`fp8lab.quality.emulation.summary_values`) and the engine's rounding: what the notebook records."""
+        from fp8lab.quality import emulation
 
         t = self._tables
         values = headline(
@@ -150,7 +151,7 @@ class Results:
             t.get("engine_roundtrip"),
             t.get("scoring_check"),
         )
-        values.update(fp8emu.summary_values(self.emulation))
+        values.update(emulation.summary_values(self.emulation))
         values.update(engine_rounding=self.spec.engine_rounding, engine_quantizes_q=self.spec.engine_quantizes_q)
         return values
 
@@ -197,10 +198,11 @@ class Results:
 def run(spec: QualityStudySpec, store: Path | None = None, progress: bool = True) -> Results:
     """Run (or load) every engine of ``spec`` in the results store ``store`` (None: ``$FP8LAB_RUNS`` or ``runs/``),
     capture the real K/V/Q of its first prompts and compare emulated with native FP8 where both exist."""
-    from fp8lab import fp8emu, kvcapture
+    from fp8lab import kvcapture
+    from fp8lab.quality.emulation import compare_with_native
 
     with in_store(store):
         runs = run_quality(spec.quality, progress=progress)
         capture = kvcapture.capture_kv(spec.quality.model, capture_prompts(runs.prompts, spec.kv_capture_prompts))
-        emulation = fp8emu.compare_with_native(runs)
+        emulation = compare_with_native(runs)
     return Results(spec, runs, capture, emulation)

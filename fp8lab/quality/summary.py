@@ -12,7 +12,7 @@ import pandas as pd
 
 from fp8lab.quality.run import QualityRuns
 from fp8lab.quality.spec import BASELINE, REPORT_THRESHOLD
-from fp8lab.quality.verdict import _finite_ci
+from fp8lab.quality.verdict import finite_ci
 
 
 def headline(
@@ -81,7 +81,7 @@ def headline(
                 out[f"{lab}.{m}"] = float(r[m])
         for m in ("top3_ci", "delta_ppl_pct_ci", "delta_task_acc_ci", "delta_task_answer_logprob_ci"):
             ci = r.get(m)
-            if _finite_ci(ci):
+            if finite_ci(ci):
                 out[f"{lab}.{m}_lo"], out[f"{lab}.{m}_hi"] = ci
         if lab in top3_cat.index:
             for cat in runs.prompts.category.unique():
@@ -142,7 +142,7 @@ def summary_rows(
         v = f.get("value")
         if v is None or not math.isfinite(float(v)):
             return
-        if not _finite_ci(f.get("ci")):
+        if not finite_ci(f.get("ci")):
             f["ci"] = (None, None)
         f["ci_low"], f["ci_high"] = f.pop("ci")
         rows.append(st.make_row(study=study, model=model, **f))

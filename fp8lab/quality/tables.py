@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from fp8lab.quality.metrics import (
-    _ids,
     agreement_rate,
+    as_ids,
     delta_ppl_pct,
     first_divergence,
     identical_prefix_len,
@@ -40,7 +40,7 @@ def greedy_table(runs: QualityRuns) -> pd.DataFrame:
     for lab in runs.ok_labels:
         rec = runs.records(lab, "greedy")
         for pid, cat in zip(runs.prompts.id, runs.prompts.category, strict=True):
-            ref_ids, ids = _ids(ref_rec.output_token_ids[pid]), _ids(rec.output_token_ids[pid])
+            ref_ids, ids = as_ids(ref_rec.output_token_ids[pid]), as_ids(rec.output_token_ids[pid])
             n = identical_prefix_len(ref_ids, ids)
             fd = first_divergence(ref_ids, ids)
             d = np.abs(
@@ -98,8 +98,8 @@ def teacher_table(runs: QualityRuns, phase: str = "teacher") -> pd.DataFrame:
             for pos in range(1, len(bl)):
                 if not (math.isfinite(bl[pos]) and math.isfinite(cl[pos])):
                     continue  # a position this method does not score (a forced request's prompt)
-                p = dict(zip(_ids(bi[pos]), map(float, blp[pos]), strict=True))
-                q = dict(zip(_ids(ci[pos]), map(float, clp[pos]), strict=True))
+                p = dict(zip(as_ids(bi[pos]), map(float, blp[pos]), strict=True))
+                q = dict(zip(as_ids(ci[pos]), map(float, clp[pos]), strict=True))
                 tok = seqs[pid][pos]  # the actual token: both engines return its logprob, in the top-k or not
                 p[tok], q[tok] = float(bl[pos]), float(cl[pos])
                 row = {
@@ -173,14 +173,14 @@ def task_table(runs: QualityRuns) -> pd.DataFrame:
         rec = runs.records(lab, "task")
         tf = runs.records(lab, "task_tf")
         for it in runs.task:
-            out = _ids(rec.output_token_ids[it.tag])
+            out = as_ids(rec.output_token_ids[it.tag])
             acc = agreement_rate(it.answer, out)
             row = {"label": lab, "item": it.tag, "depth": it.depth, "token_acc": acc, "exact": acc == 1.0}
             if len(tf):
                 n = len(it.prompt)
                 seq_lps, seq_ids, _ = sequence_logprobs(tf.loc[it.tag])
                 lps = np.asarray(seq_lps[n:], dtype=float)
-                top1 = [_ids(t)[:1] for t in seq_ids[n:]]
+                top1 = [as_ids(t)[:1] for t in seq_ids[n:]]
                 row["tf_acc"] = float(np.mean([t == [a] for t, a in zip(top1, it.answer, strict=True)]))
                 row["answer_logprob"] = float(lps.mean())
             rows.append(row)

@@ -40,12 +40,12 @@ def _f(v: Any, fmt: str = ".3f") -> str:
     return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
-def _finite_ci(ci: Any) -> bool:
+def finite_ci(ci: Any) -> bool:
     return isinstance(ci, tuple) and len(ci) == 2 and all(isinstance(x, float) and math.isfinite(x) for x in ci)
 
 
 def _ci(ci: Any, fmt: str) -> str:
-    if not _finite_ci(ci):
+    if not finite_ci(ci):
         return ""
     noise = " (within noise)" if ci[0] <= 0 <= ci[1] else ""
     return f", 95% CI {format(ci[0], fmt)} to {format(ci[1], fmt)}{noise}"
@@ -75,8 +75,8 @@ def verdict(
         dppl0 = dppl if math.isfinite(dppl) else 0.0
         drop0 = -dtask if math.isfinite(dtask) else 0.0
         ppl_ci, task_ci = g("delta_ppl_pct_ci"), g("delta_task_acc_ci")
-        ppl_sig = not _finite_ci(ppl_ci) or ppl_ci[0] > 0  # no interval (one window): the point estimate decides
-        task_sig = not _finite_ci(task_ci) or task_ci[1] < 0
+        ppl_sig = not finite_ci(ppl_ci) or ppl_ci[0] > 0  # no interval (one window): the point estimate decides
+        task_sig = not finite_ci(task_ci) or task_ci[1] < 0
         if (dppl0 > rules.ppl_pct_bad and ppl_sig) or (drop0 > rules.task_drop_bad and task_sig):
             level = "material"
         elif (

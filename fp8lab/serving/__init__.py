@@ -1,7 +1,7 @@
 """The serving study: does FP8 KV cache change throughput and latency, beyond noise?
 
 One :class:`ServingPlan` describes the whole A/B study, a paired design: :func:`run_study` starts ONE
-engine per kv dtype, each in its own process (:mod:`fp8lab.serving_worker`), and keeps both alive for
+engine per kv dtype, each in its own process (:mod:`fp8lab.serving.worker`), and keeps both alive for
 the whole study; their phases are interleaved in time, phase by phase and trial by trial, A B / B A
 (:func:`paired_schedule`), so drift of the machine hits both alike. Each phase goes through vLLM's
 ``AsyncLLM`` with streaming (every token is timestamped by the client):
@@ -16,7 +16,7 @@ the whole study; their phases are interleaved in time, phase by phase and trial 
    ``capacity_shape`` at once, for a ladder of ``N`` around the KV formula's prediction, to find the
    largest concurrency that runs without preemption.
 
-Runs go through :func:`fp8lab.results.run_cached` (a finished run is loaded, not repeated; a failed one
+Runs go through :func:`fp8lab.engine.results.run_cached` (a finished run is loaded, not repeated; a failed one
 is kept with its reason). The analysis functions turn a :class:`ServingResult` into tidy tables for
 the notebook: capacity, throughput vs concurrency, per-class latency percentiles, the fp8-vs-baseline
 deltas paired per trial with t intervals, the noise floor of each config against itself and the "beyond
@@ -31,7 +31,7 @@ the study):
   (the plan and the notebook's side measurements: the study contract's ``Spec``).
 - :mod:`~fp8lab.serving.schedule`: the sweep, the capacity ladder, the phases and their paired order.
 - :mod:`~fp8lab.serving.estimate`: the time plan (:func:`estimate_seconds`, ``python -m fp8lab.serving``).
-- :mod:`~fp8lab.serving.paired`: the engine processes and the paired run (:func:`~fp8lab.serving.paired._run_paired`).
+- :mod:`~fp8lab.serving.paired`: the engine processes and the paired run (:func:`~fp8lab.serving.paired.run_paired`).
 - :mod:`~fp8lab.serving.run`: :func:`run_study` -> :class:`ServingResult`.
 - :mod:`~fp8lab.serving.tables`: capacity, throughput, latency, open loop, capacity search, roofline.
 - :mod:`~fp8lab.serving.deltas`: the headline metrics and their paired deltas, the noise floor, both methods.
@@ -51,12 +51,12 @@ from __future__ import annotations
 from fp8lab.serving.deltas import (
     DELTA_COLUMNS,
     Metric,
-    _per_trial,  # noqa: F401  (the unit tests call it on the package)
     delta_row,
     delta_table,
     headline_metrics,
     method_table,
     noise_floor_table,
+    per_trial,  # noqa: F401  (the unit tests call it on the package)
 )
 from fp8lab.serving.estimate import estimate_seconds, main, profile_estimate
 from fp8lab.serving.fidelity import (
@@ -108,10 +108,10 @@ from fp8lab.serving.tables import (
     throughput_table,
 )
 from fp8lab.serving.verdict import (
-    _tput_point,  # noqa: F401  (the unit tests call it on the package)
     delta_line,
     fidelity_line,
     preemption_line,
+    tput_point,  # noqa: F401  (the unit tests call it on the package)
     verdict,
 )
 

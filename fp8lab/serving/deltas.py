@@ -83,7 +83,7 @@ def _metric_samples(res: ServingResult, m: Metric, kv_dtype: str) -> tuple[np.nd
     return rec[m.column].to_numpy(float), rec.trial.to_numpy()
 
 
-def _per_trial(values: np.ndarray, trials: np.ndarray, statistic: str) -> dict[int, float]:
+def per_trial(values: np.ndarray, trials: np.ndarray, statistic: str) -> dict[int, float]:
     """The metric's statistic within each trial (a percentile of that trial's requests or gaps, never of
     requests pooled over trials)."""
     stat = stats.statistic_fn(statistic)
@@ -173,11 +173,11 @@ def delta_table(res: ServingResult, metric_list: Sequence[Metric] | None = None,
     rows = []
     for m in metric_list:
         va, ta = _metric_samples(res, m, a_dt)
-        pa = _per_trial(va, ta, m.statistic)
+        pa = per_trial(va, ta, m.statistic)
         scale = 1.0 if m.level == "phase" else 1e3
         for b_dt in res.plan.kv_dtypes[1:]:
             vb, tb = _metric_samples(res, m, b_dt)
-            pb = _per_trial(vb, tb, m.statistic)
+            pb = per_trial(vb, tb, m.statistic)
             row = delta_row(
                 m.name,
                 {t: v * scale for t, v in pa.items()},

@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from fp8lab.serving.schedule import _planned, min_requests, schedule_table
-from fp8lab.serving.spec import STUDY, ServingPlan, _on_gpu, plan_from_params
+from fp8lab.serving.schedule import min_requests, planned, schedule_table
+from fp8lab.serving.spec import STUDY, ServingPlan, on_gpu, plan_from_params
 
 
 def estimate_seconds(
@@ -34,9 +34,9 @@ def estimate_seconds(
     phase its schedule plus a wave; a warm-up one wave per ``concurrency`` requests; a capacity phase two waves
     of its output length; ``fidelity = (rounds, runs per round)`` costs ``fidelity_start_s + fidelity_run_s``
     per run."""
-    conc = tuple(concurrency or _planned(plan)[0])
+    conc = tuple(concurrency or planned(plan)[0])
     if engine_start_s is None:
-        engine_start_s = 144.0 if _on_gpu() else 30.0
+        engine_start_s = 144.0 if on_gpu() else 30.0
     nd, t = len(plan.kv_dtypes), plan.trials
     w = sum(c.weight for c in plan.mix)
     mean_req = sum(c.weight * c.output_len for c in plan.mix) / w * step_s + 0.5
@@ -82,7 +82,7 @@ def profile_estimate(profile: str, overrides: dict[str, Any] | None = None, gpu:
     """:func:`estimate_seconds` of notebook 01 under a profile (``fp8lab/profiles.yaml``), without starting
     anything: the parameters as papermill would pass them, engine starts of a fresh GPU host (``gpu``) or CPU."""
     from fp8lab.paths import NOTEBOOKS_DIR
-    from fp8lab.report import load_profile, resolved_parameters
+    from fp8lab.profiles import load_profile, resolved_parameters
 
     params = resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(profile), overrides)
     plan = plan_from_params(params)
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, SyntaxError):
             over[k] = v
     from fp8lab.paths import NOTEBOOKS_DIR
-    from fp8lab.report import load_profile, resolved_parameters
+    from fp8lab.profiles import load_profile, resolved_parameters
 
     est = profile_estimate(a.profile, over, gpu=not a.cpu)
     plan = plan_from_params(resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(a.profile), over))

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fp8lab.serving.schedule import _tagged
+from fp8lab.serving.schedule import tagged_requests
 from fp8lab.specs import EngineSpec, Phase, check_float, check_int, resolve_model
 from fp8lab.workloads import PromptSource, RequestClass, build_requests
 
@@ -113,7 +113,7 @@ def run_vllm_bench(
     out_json, log = wd / "bench.json", wd / "bench.log"
     out_json.unlink(missing_ok=True)
     # the spec's budget is the one; the same vLLM process layout as fp8lab's own engines (devices.engine_env)
-    from fp8lab.devices import engine_env
+    from fp8lab.engine.devices import engine_env
 
     env = {**{k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}, **engine_env()}
     cmd = [
@@ -139,7 +139,7 @@ def run_vllm_bench(
     if out_json.exists():
         out.update(json.loads(out_json.read_text()))
     else:
-        from fp8lab.engine import root_cause
+        from fp8lab.engine.result import root_cause
 
         out["error"] = root_cause(log.read_text(errors="replace"), f"exit code {rc}")
     return out
@@ -161,7 +161,7 @@ def run_fp8lab_offline(
     tokens through ``LLM.generate`` (the ``llm`` driver), after ``num_warmups`` warm-up requests; total
     tokens per second of the timed phase, as vLLM's benchmark counts them. ``temperature``: 0 greedy, else
     sampled (vLLM's benchmark samples at 1.0)."""
-    from fp8lab.engine import run_engine
+    from fp8lab.engine.run import run_engine
 
     cls = [RequestClass("fidelity", input_len, output_len)]
     phases = []
@@ -169,7 +169,7 @@ def run_fp8lab_offline(
         phases.append(
             Phase(
                 "warmup",
-                _tagged(
+                tagged_requests(
                     build_requests(spec.model, cls, num_warmups, source=prompt_source, seed=seed + 1),
                     tag,
                     temperature=temperature,
@@ -179,7 +179,7 @@ def run_fp8lab_offline(
     phases.append(
         Phase(
             "main",
-            _tagged(
+            tagged_requests(
                 build_requests(spec.model, cls, num_prompts, source=prompt_source, seed=seed),
                 tag,
                 temperature=temperature,
@@ -233,8 +233,8 @@ def fidelity_check(
     with its provenance, and the run's logs beside it), so that a check cut short (a time limit, a dead
     kernel) resumes: runs already finished with status ``ok`` are loaded (``cached`` True), the others run.
     """
-    from fp8lab import results
-    from fp8lab.devices import provenance
+    from fp8lab.engine import results
+    from fp8lab.engine.devices import provenance
     from fp8lab.specs import spec_hash
 
     check_int("fidelity", "rounds", rounds, 1, 100)

@@ -1,7 +1,7 @@
 """Study 01's paired design on the engines: one engine process per kv dtype (:class:`_EngineProc`, running
-:mod:`fp8lab.serving_worker`), both alive, phases interleaved by :func:`~fp8lab.serving.schedule.paired_schedule`
-(:func:`_run_paired`); each finished phase kept at once so a run cut short resumes, and every (trial, dtype) saved
-as an ordinary run of the results store (:mod:`fp8lab.results`) once all are in."""
+:mod:`fp8lab.serving.worker`), both alive, phases interleaved by :func:`~fp8lab.serving.schedule.paired_schedule`
+(:func:`run_paired`); each finished phase kept at once so a run cut short resumes, and every (trial, dtype) saved
+as an ordinary run of the results store (:mod:`fp8lab.engine.results`) once all are in."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from fp8lab.serving.schedule import _plan_phases, paired_schedule, phase_payload, trial_order
+from fp8lab.serving.schedule import paired_schedule, phase_payload, plan_phases, trial_order
 from fp8lab.serving.spec import ServingPlan
 from fp8lab.specs import EngineSpec
 
-#: This study's own engine code (:func:`fp8lab.results.run_versions`): an edit to it re-measures this study only.
-WORKER_CODE = ("serving_worker.py",)
+#: This study's own engine code (:func:`fp8lab.engine.results.run_versions`): an edit to it re-measures this study only.
+WORKER_CODE = ("serving/worker.py",)
 
 
 def _gz_json_write(path: Path, obj: Any) -> None:
@@ -38,11 +38,11 @@ def _gz_json_read(path: Path) -> Any:
 
 
 class _EngineProc:
-    """One engine alive in its own spawned process (:mod:`fp8lab.serving_worker`), serving phases on command."""
+    """One engine alive in its own spawned process (:mod:`fp8lab.serving.worker`), serving phases on command."""
 
     def __init__(self, spec: EngineSpec, log_path: Path, sample_interval_s: float = 0.25):
-        from fp8lab import serving_worker
-        from fp8lab.engine import worker_context
+        from fp8lab.engine.procs import worker_context
+        from fp8lab.serving import worker as serving_worker
 
         self.spec, self.log_path = spec, log_path
         ctx = worker_context()
@@ -56,7 +56,7 @@ class _EngineProc:
         child.close()
 
     def _wait(self, timeout: float) -> dict[str, Any]:
-        from fp8lab.engine import classify_failure, root_cause
+        from fp8lab.engine.result import classify_failure, root_cause
 
         try:
             if self.conn.poll(timeout):
@@ -86,7 +86,7 @@ class _EngineProc:
         return self._wait(self.spec.timeout_s)
 
     def stop(self) -> None:
-        from fp8lab.engine import _kill_group, _reap_descendants
+        from fp8lab.engine.procs import kill_group, reap_descendants
 
         try:
             self.conn.send(None)
@@ -94,14 +94,14 @@ class _EngineProc:
         except (BrokenPipeError, OSError):
             pass
         if self.proc.pid:
-            _reap_descendants(self.proc.pid)
-            _kill_group(self.proc.pid)
+            reap_descendants(self.proc.pid)
+            kill_group(self.proc.pid)
         self.proc.join(timeout=10)
         if self.proc.is_alive():
             self.proc.kill()
 
 
-def _run_paired(
+def run_paired(
     plan: ServingPlan,
     study: str,
     conc: tuple[int, ...],
@@ -112,15 +112,15 @@ def _run_paired(
     """The paired design: both engines alive at once, phases interleaved by :func:`paired_schedule`. Each
     finished phase is kept at once (``<runs>/<study>/paired-<hash>/``), so a run cut short resumes with the
     phases it lacks; once every phase is in, each (trial, dtype) is saved as an ordinary run directory of the
-    results store (:mod:`fp8lab.results`) and the progress folder is removed. ``engine_factory(spec, log_path)``
+    results store (:mod:`fp8lab.engine.results`) and the progress folder is removed. ``engine_factory(spec, log_path)``
     replaces :class:`_EngineProc` (an object with ``start()``, ``run(payload)`` and ``stop()``; tests pass one
     that answers without vLLM)."""
-    from fp8lab import results
-    from fp8lab.engine import EngineResult
+    from fp8lab.engine import results
+    from fp8lab.engine.result import EngineResult
     from fp8lab.paths import runs_dir
     from fp8lab.specs import spec_hash
 
-    phases = _plan_phases(plan, conc, cap_pred)
+    phases = plan_phases(plan, conc, cap_pred)
     names = {d: {t: [p.name for p in ps] for t, ps in by_t.items()} for d, by_t in phases.items()}
     sched = paired_schedule(names, plan.kv_dtypes, plan.trials)
     design = {

@@ -14,7 +14,7 @@ import pandas as pd
 
 from fp8lab import metrics
 from fp8lab.serving.estimate import estimate_seconds
-from fp8lab.serving.paired import _run_paired
+from fp8lab.serving.paired import run_paired
 from fp8lab.serving.schedule import concurrency_limit, phase_meta, predicted_blocks, resolve_concurrency
 from fp8lab.serving.spec import STUDY, ServingPlan, default_block_size
 
@@ -71,14 +71,14 @@ def run_study(
     engine_factory: Callable[..., Any] | None = None,
 ) -> ServingResult:
     """Run (or load) the paired study: one engine per kv dtype, both alive at once, phases interleaved by
-    :func:`paired_schedule` (:func:`_run_paired`), and collect the tidy frames.
+    :func:`paired_schedule` (:func:`run_paired`), and collect the tidy frames.
 
-    ``runner`` replaces :func:`fp8lab.results.run_cached` for the capacity probe of an engine without a fixed
-    KV budget, ``engine_factory`` the engine processes (see :func:`_run_paired`). A failed engine stays in ``engines`` with its status and error; the analyses use the engines
+    ``runner`` replaces :func:`fp8lab.engine.results.run_cached` for the capacity probe of an engine without a fixed
+    KV budget, ``engine_factory`` the engine processes (see :func:`run_paired`). A failed engine stays in ``engines`` with its status and error; the analyses use the engines
     that ran.
     """
     if runner is None:
-        from fp8lab.results import run_cached as runner
+        from fp8lab.engine.results import run_cached as runner
     t0 = time.perf_counter()
     blocks = _block_info(plan, study, runner)
     conc = resolve_concurrency(plan, blocks)
@@ -92,7 +92,7 @@ def run_study(
             f"estimate {est.seconds.iloc[-1] / 60:.1f} min",
             flush=True,
         )
-    runs = _run_paired(plan, study, conc, cap_pred, progress, engine_factory)
+    runs = run_paired(plan, study, conc, cap_pred, progress, engine_factory)
     attribute_shared_memory(runs)
     out = ServingResult(plan=plan, runs=runs, concurrency=conc, blocks=blocks)
     _collect(out)

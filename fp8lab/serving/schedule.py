@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fp8lab import kvmath
-from fp8lab.serving.spec import ServingPlan, _on_gpu, default_block_size
+from fp8lab.serving.spec import ServingPlan, default_block_size, on_gpu
 from fp8lab.specs import EngineSpec, Phase, Request
 from fp8lab.workloads import RequestClass, build_requests, with_arrivals
 
@@ -76,7 +76,7 @@ def predicted_blocks(spec: EngineSpec, block_size: int | None = None) -> int | N
         bs,
         spec.kv_cache_dtype,
         spec.tensor_parallel_size,
-        hybrid_kv_cache_manager=_on_gpu(),
+        hybrid_kv_cache_manager=on_gpu(),
     )
 
 
@@ -129,7 +129,7 @@ def phase_meta(name: str) -> dict[str, Any]:
     return {"kind": "capacity", "concurrency": int(m["capc"]), "process": None, "rate": np.nan}
 
 
-def _tagged(reqs: Sequence[Request], tag: str, **changes: Any) -> tuple[Request, ...]:
+def tagged_requests(reqs: Sequence[Request], tag: str, **changes: Any) -> tuple[Request, ...]:
     return tuple(dataclasses.replace(r, tag=tag, **changes) for r in reqs)
 
 
@@ -144,25 +144,25 @@ def build_phases(
     phases: list[Phase] = []
     if plan.warmup_requests and trial == 0:
         reqs = build_requests(model, plan.mix, plan.warmup_requests, source=src, seed=plan.seed + 1)
-        phases.append(Phase("warmup", _tagged(reqs, tag), concurrency=max(concurrency)))
+        phases.append(Phase("warmup", tagged_requests(reqs, tag), concurrency=max(concurrency)))
     for c in concurrency:
         n = min_requests(plan, c)  # every point reaches its concurrency, 4 times over at least
         reqs = build_requests(model, plan.mix, n, source=src, seed=plan.seed + 2)
-        phases.append(Phase(f"closed-c{c}", _tagged(reqs, tag), concurrency=c))
+        phases.append(Phase(f"closed-c{c}", tagged_requests(reqs, tag), concurrency=c))
     for c in plan.naive_concurrency:
         n = min_requests(plan, c)
         reqs = build_requests(model, plan.mix, n, source=src, seed=plan.seed + 2)  # closed-c<N>'s requests
-        phases.append(Phase(f"naive-c{c}", _tagged(reqs, tag), concurrency=c, client="final"))
+        phases.append(Phase(f"naive-c{c}", tagged_requests(reqs, tag), concurrency=c, client="final"))
     for i, rate in enumerate(plan.rates):
         for process in plan.arrivals:
             reqs = build_requests(model, plan.mix, plan.open_loop_requests, source=src, seed=plan.seed + 3)
             sched = with_arrivals(reqs, rate, process, seed=plan.seed + 100 + i)  # type: ignore[arg-type]
-            phases.append(Phase(f"open-{process}-{rate:g}", _tagged(sched, tag)))
+            phases.append(Phase(f"open-{process}-{rate:g}", tagged_requests(sched, tag)))
     if plan.capacity_shape is not None and trial < plan.capacity_trials and capacity_predicted:
         shape = RequestClass("capacity", *plan.capacity_shape)
         for c in capacity_ladder(capacity_predicted, plan.capacity_factors):
             reqs = build_requests(model, [shape], c, source=src, seed=plan.seed + 4)
-            phases.append(Phase(f"cap-c{c}", _tagged(reqs, tag), concurrency=c))
+            phases.append(Phase(f"cap-c{c}", tagged_requests(reqs, tag), concurrency=c))
     return phases
 
 
@@ -177,11 +177,11 @@ def phase_payload(plan: ServingPlan, phase: Phase, trial: int) -> dict[str, Any]
     return d
 
 
-def _plan_phases(plan: ServingPlan, conc: Sequence[int], cap_pred: dict[str, int]) -> dict[str, dict[int, list[Phase]]]:
+def plan_phases(plan: ServingPlan, conc: Sequence[int], cap_pred: dict[str, int]) -> dict[str, dict[int, list[Phase]]]:
     return {d: {t: build_phases(plan, d, t, conc, cap_pred.get(d)) for t in range(plan.trials)} for d in plan.kv_dtypes}
 
 
-def _planned(plan: ServingPlan) -> tuple[tuple[int, ...], dict[str, int]]:
+def planned(plan: ServingPlan) -> tuple[tuple[int, ...], dict[str, int]]:
     """The closed-loop sweep and capacity predictions known before any engine starts (from the KV formula when
     the budget is fixed; else the given sweep, and no capacity ladder yet)."""
     blocks = {}
@@ -204,8 +204,8 @@ def _planned(plan: ServingPlan) -> tuple[tuple[int, ...], dict[str, int]]:
 def schedule_table(plan: ServingPlan) -> pd.DataFrame:
     """The paired run order before any engine starts: one row per (trial, phase, dtype) in order, with the
     phase's requests (a sustained closed loop: its pool and the least it finishes) and its least duration."""
-    conc, cap = _planned(plan)
-    phases = _plan_phases(plan, conc, cap)
+    conc, cap = planned(plan)
+    phases = plan_phases(plan, conc, cap)
     names = {d: {t: [p.name for p in ps] for t, ps in by_t.items()} for d, by_t in phases.items()}
     by_name = {(t, p.name, d): p for d, by_t in phases.items() for t, ps in by_t.items() for p in ps}
     rows = []

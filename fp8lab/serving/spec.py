@@ -32,14 +32,14 @@ STUDY = "01_kv_dtype_auto_vs_fp8"
 DEFAULT_BLOCK_SIZE = {"gpu": 16, "cpu": 128}
 
 
-def _on_gpu() -> bool:
-    from fp8lab.devices import gpu_facts  # NVML only: never initialises CUDA in the caller
+def on_gpu() -> bool:
+    from fp8lab.engine.devices import gpu_facts  # NVML only: never initialises CUDA in the caller
 
     return bool(gpu_facts())
 
 
 def default_block_size() -> int:
-    return DEFAULT_BLOCK_SIZE["gpu" if _on_gpu() else "cpu"]
+    return DEFAULT_BLOCK_SIZE["gpu" if on_gpu() else "cpu"]
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def plan_from_params(p: dict[str, Any]) -> ServingPlan:
 class ServingSpec:
     """Study 01 as its notebook runs it: the paired study's ``plan`` (:class:`ServingPlan`) and the two side
     measurements beside it. ``bandwidth_gbs``: the memory bandwidth of the roofline bound in GB/s (1e9 B/s),
-    ``None`` or ``"measure"`` to measure it once (:func:`fp8lab.bandwidth.resolve_bandwidth`); ``run_fidelity``:
+    ``None`` or ``"measure"`` to measure it once (:func:`fp8lab.engine.bandwidth.resolve_bandwidth`); ``run_fidelity``:
     also compare fp8lab's offline throughput with ``vllm bench throughput`` (:func:`fp8lab.serving.fidelity_check`)
     on ``fidelity_shape = (input tokens, output tokens, requests)``, ``fidelity_rounds`` rounds, asking agreement
     within ``fidelity_tolerance`` (a fraction), with ``fidelity_tokenizer`` for the benchmark when the model has

@@ -1,6 +1,6 @@
 """Study 01 on the study contract (:mod:`fp8lab.study`): :class:`Spec` (:class:`~fp8lab.serving.spec.ServingSpec`),
 :func:`run` -> :class:`Results`, a thin adapter over :func:`~fp8lab.serving.run.run_study`, the memory bandwidth
-(:func:`fp8lab.bandwidth.resolve_bandwidth`), the fidelity check (:func:`~fp8lab.serving.fidelity.fidelity_check`)
+(:func:`fp8lab.engine.bandwidth.resolve_bandwidth`), the fidelity check (:func:`~fp8lab.serving.fidelity.fidelity_check`)
 and the existing tables, summary and verdict functions (it computes nothing of its own)::
 
     from fp8lab.serving import study as s01
@@ -26,6 +26,7 @@ from typing import Any
 from fp8lab.paths import in_store
 from fp8lab.serving.deltas import delta_table, method_table, noise_floor_table
 from fp8lab.serving.fidelity import fidelity_check
+from fp8lab.serving.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.serving.run import ServingResult, run_study
 from fp8lab.serving.spec import ServingSpec
 from fp8lab.serving.summary import run_device, summary_rows, summary_values
@@ -44,6 +45,9 @@ from fp8lab.serving.verdict import verdict
 from fp8lab.study import Verdict
 
 NAME = "01_kv_dtype_auto_vs_fp8"
+#: What only the native FP8 KV kernel can measure here (an emulated cache is bf16-sized and slower): the report runs
+#: no engine for it where the kernel is missing (:func:`fp8lab.report.degrade.gate`).
+NATIVE_ONLY = "serving throughput, latency and measured KV capacity"
 #: The claims audit's claims this study is the evidence of (:data:`fp8lab.audit.CLAIMS`), each with the audit's
 #: per-report rule that judges it (a function of :mod:`fp8lab.audit`) and what ``n`` counts.
 CLAIMS: dict[str, tuple[str, str]] = {
@@ -61,7 +65,7 @@ Spec = ServingSpec
 @dataclass
 class Results:
     """A Study 01 run (``result``, a :class:`~fp8lab.serving.run.ServingResult`), the spec it measured, the
-    bandwidth the roofline used (``bandwidth``: :func:`fp8lab.bandwidth.resolve_bandwidth`'s dict, None when the
+    bandwidth the roofline used (``bandwidth``: :func:`fp8lab.engine.bandwidth.resolve_bandwidth`'s dict, None when the
     study did not run for every dtype) and the fidelity check's result (None when not asked for or not reached);
     every table, the summary and the verdicts computed once, on first use."""
 
@@ -177,7 +181,7 @@ def run(
     fake engine); then, once every dtype has an engine that ran, the bandwidth of the roofline and, when
     ``spec.run_fidelity``, the fidelity check (its runs kept under ``<store>/fidelity``, so a check cut short
     resumes). A failed engine stays in the result (:func:`~fp8lab.serving.tables.require_ok` names it)."""
-    from fp8lab.bandwidth import resolve_bandwidth
+    from fp8lab.engine.bandwidth import resolve_bandwidth
     from fp8lab.paths import runs_dir
 
     plan = spec.plan

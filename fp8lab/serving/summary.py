@@ -12,7 +12,7 @@ import pandas as pd
 from fp8lab.serving.deltas import Metric, headline_metrics
 from fp8lab.serving.run import ServingResult
 from fp8lab.serving.schedule import min_requests
-from fp8lab.serving.tables import _ok, latency_summary, throughput_table
+from fp8lab.serving.tables import latency_summary, ok_rows, throughput_table
 
 
 def summary_values(
@@ -90,7 +90,7 @@ def summary_values(
     out["design"] = "paired: engines alive together, phases interleaved A B / B A by phase and trial"
     out["phase_seconds"] = plan.phase_seconds
     out["closed_loop_min_requests"] = {str(cc): min_requests(plan, cc) for cc in res.concurrency}
-    ph = _ok(res, res.phases)
+    ph = ok_rows(res, res.phases)
     closed = ph[ph.kind == "closed"] if len(ph) else ph
     if len(closed):
         out["closed_phase_wall_s_min"] = float(closed.wall_s.min())
@@ -110,7 +110,7 @@ def summary_values(
     if len(head):
         out["noise_floor_pct"] = head.iloc[0].noise_floor_pct  # headline throughput: consecutive trials, same config
         out["noise_floor_iqr_pct"] = [head.iloc[0].noise_floor_q25_pct, head.iloc[0].noise_floor_q75_pct]
-    rec = _ok(res, res.records)
+    rec = ok_rows(res, res.records)
     if len(rec) and "merged_deltas" in rec:
         measured = rec[rec.kind.isin(("closed", "open"))]
         out["merged_delta_requests_frac"] = float((measured.merged_deltas > 0).mean())  # 0: the client saw every token

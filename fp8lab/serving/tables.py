@@ -46,7 +46,7 @@ def require_ok(res: ServingResult) -> None:
         raise RuntimeError(f"no successful engine for kv_cache_dtype {', '.join(missing)} ({errs})")
 
 
-def _ok(res: ServingResult, df: pd.DataFrame) -> pd.DataFrame:
+def ok_rows(res: ServingResult, df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or res.engines.empty:
         return df
     ok = res.engines[res.engines.status == "ok"][["kv_dtype", "trial"]]
@@ -113,7 +113,7 @@ def throughput_table(res: ServingResult, kinds: Sequence[str] = ("closed",)) -> 
     (``input_tok_s``, ``output_tok_s``, ``total_tok_s``), ``requests_s``, ``preemptions``,
     ``kv_usage_peak`` and ``merged_deltas`` (stream outputs that carried several tokens because the client
     fell behind: their gaps are split evenly, so ITL is smeared there; 0 means every token was seen)."""
-    ph = _ok(res, res.phases)
+    ph = ok_rows(res, res.phases)
     if ph.empty:
         return ph
     cols = [
@@ -143,7 +143,7 @@ def phase_records(
     res: ServingResult, kind: str, concurrency: int | None = None, process: str | None = None, rate: float | None = None
 ) -> pd.DataFrame:
     """The request records of the successful engines for one kind of phase (optionally one sweep point)."""
-    r = _ok(res, res.records)
+    r = ok_rows(res, res.records)
     if r.empty:
         return r
     m = r.kind == kind
@@ -193,7 +193,7 @@ def open_loop_table(res: ServingResult) -> pd.DataFrame:
     ``send_lag_max_ms`` (actual minus scheduled send time: a client that falls behind, e.g. one that
     does not read its streams, shows up here); output tokens/s; TTFT and TPOT P50/P99 in ms (pooled over
     trials); preemptions."""
-    ph = _ok(res, res.phases)
+    ph = ok_rows(res, res.phases)
     rec = phase_records(res, "open")
     if ph.empty or rec.empty:
         return pd.DataFrame()
@@ -237,7 +237,7 @@ def capacity_search(res: ServingResult) -> tuple[pd.DataFrame, pd.DataFrame]:
     block accounting: one block of the pool is its reserved null block, and the last generated token's
     KV is never written: ``(num_blocks - 1) // ceil((input + output - 1) / block_size)``).
     """
-    ph = _ok(res, res.phases)
+    ph = ok_rows(res, res.phases)
     shape = res.plan.capacity_shape
     if ph.empty or shape is None or not (ph.kind == "capacity").any():
         return pd.DataFrame(), pd.DataFrame()
@@ -295,7 +295,7 @@ def roofline_measured(
     per engine and phase), binned on a log scale: per dtype and bin the median ITL (ms), the median batch
     and the number of gaps (bins with fewer than ``min_gaps`` are dropped). Steps that also ran another request's prefill are included (they are the
     ITL spikes); the median is robust to them."""
-    rec = _ok(res, res.records)
+    rec = ok_rows(res, res.records)
     if rec.empty:
         return pd.DataFrame()
     rec = rec[rec.kind.isin(kinds)]

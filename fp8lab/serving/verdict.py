@@ -35,7 +35,7 @@ def delta_line(r: Any) -> str:
     return f"{stats.delta_sentence(d, nf)}: {tail}"
 
 
-def _tput_point(metric: str) -> str:
+def tput_point(metric: str) -> str:
     """``output tok/s @c=8`` -> ``c=8``; ``output tok/s (no stream) @c=8`` -> ``c=8 (no stream)``."""
     note, _, point = metric.removeprefix("output tok/s").rpartition("@")
     return f"{point} {note.strip()}".strip()
@@ -174,7 +174,7 @@ def verdict(
         d = deltas[deltas.kv_dtype == b]
         tput = d[d.metric.str.startswith("output tok/s")]
         if len(tput):
-            parts = [f"{_tput_point(r.metric)}: {delta_line(r)}" for r in tput.itertuples()]
+            parts = [f"{tput_point(r.metric)}: {delta_line(r)}" for r in tput.itertuples()]
             robust = tput[tput.beyond_noise_floor].metric.tolist()
             lines.append(
                 f"- **Throughput** (output tokens/s, `{b}` vs `{a}`; per trial one sustained phase per engine, "

@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 import pytest
 from browser_cdp import Browser, chromium_binary
 
-from fp8lab.capability import kv_support
+from fp8lab.engine.capability import kv_support
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 pytestmark = [

@@ -59,7 +59,7 @@ INDEX_PROBES = {
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, runs_root):
-    from fp8lab.report import run_profile
+    from fp8lab.report.run import run_profile
 
     out = tmp_path_factory.mktemp("browser-report")
     summary = run_profile(

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from fp8lab import calibration as c
+from fp8lab.engine.results import run_cached
 from fp8lab.kvcapture import read_kv_scales
-from fp8lab.results import run_cached
 from fp8lab.specs import EngineSpec, Request
 from fp8lab.workloads import text_prompt
 

@@ -16,7 +16,7 @@ from scipy import stats as sps
 
 from fp8lab import decode
 from fp8lab.decode import replication
-from fp8lab.decode_worker import DEADLINE_ENV
+from fp8lab.decode.worker import DEADLINE_ENV
 
 pytestmark = pytest.mark.slow
 

@@ -1,22 +1,22 @@
 """Real vLLM (CPU build) on the shipped model: capacity, timings, failures, process hygiene.
 
 Where the native FP8 KV kernel is missing (an AVX2-only CPU) the fp8 engine runs emulated, as the numerical studies
-run it there (:func:`fp8lab.fp8emu.run_emulated`: a bf16 cache holding FP8-rounded K/V): the same engine checks hold,
+run it there (:func:`fp8lab.engine.results.run_emulated`: a bf16 cache holding FP8-rounded K/V): the same engine checks hold,
 and its capacity is auto's, never FP8's."""
 
 from __future__ import annotations
 
 import pytest
 
-from fp8lab import fp8emu, kvmath
-from fp8lab.capability import kv_support
-from fp8lab.engine import run_engine
-from fp8lab.results import load, run_cached
+from fp8lab import kvmath
+from fp8lab.engine.capability import kv_support
+from fp8lab.engine.results import load, run_cached, run_emulated
+from fp8lab.engine.run import run_engine
 from fp8lab.specs import EngineSpec, Phase, Request, SpecError
 
 pytestmark = pytest.mark.slow
 
-NATIVE = kv_support("fp8").native  # else fp8 runs emulated (fp8lab.fp8emu)
+NATIVE = kv_support("fp8").native  # else fp8 runs emulated (fp8lab.engine.fp8emu)
 
 KV_GIB = 1.0
 PROMPT = tuple(range(100, 164))  # 64 token ids
@@ -28,7 +28,7 @@ def _ab_run(tiny_model: str, dt: str):
     spec = EngineSpec(model=tiny_model, kv_cache_dtype=dt, kv_cache_gib=KV_GIB, max_model_len=2048)
     phases = [Phase("warmup", reqs[:1]), Phase("main", reqs)]
     if dt != "auto" and not NATIVE:
-        return fp8emu.run_emulated(spec, phases, study="test_engine")
+        return run_emulated(spec, phases, study="test_engine")
     return run_cached(spec, phases, study="test_engine")
 
 
@@ -47,7 +47,7 @@ def test_both_dtypes_ran(ab_runs):
         else:  # a bf16 cache into which the plugin writes E4M3-rounded K/V
             assert res.engine["kv_cache_dtype"] == "auto" and res.engine["fp8_emulation"] == "e4m3"
             assert res.extra["emulated"] == "e4m3"
-        # on a CPU the engine core runs inside fp8lab's worker (fp8lab.devices.engine_env): no second vLLM import
+        # on a CPU the engine core runs inside fp8lab's worker (fp8lab.engine.devices.engine_env): no second vLLM import
         assert res.engine["engine_core"] == "in_process"
 
 
@@ -99,7 +99,7 @@ def test_completed_run_is_loaded_not_rerun(ab_runs, tiny_model):
     # the vLLM and torch it ran on and the engine-side code
     import json
 
-    from fp8lab.results import engine_code_hash
+    from fp8lab.engine.results import engine_code_hash
 
     second = _ab_run(tiny_model, "auto")
     assert second.extra.get("cached") and second.run_dir == res.run_dir

@@ -1,4 +1,4 @@
-"""Emulated FP8 KV (fp8lab.fp8emu, loaded by vLLM as a general plugin in every worker) on real CPU vLLM.
+"""Emulated FP8 KV (fp8lab.engine.fp8emu, loaded by vLLM as a general plugin in every worker) on real CPU vLLM.
 
 Runs everywhere: the emulated engine starts with a bf16 (``auto``) cache, the plugin is active in the
 workers, and the FP8 rounding moves the logprobs away from ``auto``. Where the native kernel exists
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fp8lab import fp8emu
-from fp8lab.engine import run_engine
+from fp8lab.engine import fp8emu
+from fp8lab.engine.run import run_engine
 from fp8lab.specs import EngineSpec, Request
 from fp8lab.workloads import text_prompt
 

@@ -7,7 +7,7 @@ longest contexts are 1408 and 2944 tokens. Requests of 1008 + 16 = 1024 tokens t
 at a time, fp8 holds two. Requests of 512 + 16 take 5 blocks each, so both dtypes hold two.
 
 Without the native FP8 KV kernel fp8's ramp and probe are recorded ``unsupported`` (its capacities are the formula's)
-and its quality phases run on a fifth, emulated engine (``fp8 (emulated)``, :mod:`fp8lab.fp8emu`): auto's boundary
+and its quality phases run on a fifth, emulated engine (``fp8 (emulated)``, :mod:`fp8lab.engine.fp8emu`): auto's boundary
 and ramp are measured as natively, fp8's divergence and passkey come from the emulation, fp8's timing from nowhere."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from fp8lab import longctx as lc
-from fp8lab.capability import kv_support
+from fp8lab.engine.capability import kv_support
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ The engine runs use notebook 03's parameters on the test profile (``cpu-ci``, cp
 ``cpu-ci-emulated`` where FP8 runs emulated) restricted to auto and fp8,
 in this session's results store, so ``tests/notebooks/test_nb03.py`` loads these runs instead of
 starting the same engines again (only the dtypes added by the profile run there). Where the native FP8 KV kernel is
-missing the study runs fp8 emulated (:mod:`fp8lab.fp8emu`), labelled ``fp8 (emulated)``: the same checks hold on
+missing the study runs fp8 emulated (:mod:`fp8lab.engine.fp8emu`), labelled ``fp8 (emulated)``: the same checks hold on
 that label, its cache is bf16-sized, and only the bit-for-bit check of the native cache op needs the kernel.
 """
 
@@ -19,11 +19,10 @@ import torch
 
 from fp8lab import fp8formats as ff
 from fp8lab import quality as q
-from fp8lab.capability import kv_support
-from fp8lab.fp8emu import emulated_label
+from fp8lab.engine.capability import kv_support
+from fp8lab.engine.fp8emu import emulated_label
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.profiles import tier_profile
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters, tier_profile
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fp8lab import realmodel
-from fp8lab.engine import run_engine
+from fp8lab.engine.run import run_engine
 from fp8lab.specs import EngineSpec, Request
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """Scoring through the KV cache (fp8lab.scoring, fp8lab.forcing) on real CPU vLLM and the shipped model.
 
 Study 03's machinery on a small spec, ``auto`` against ``fp8``: native FP8 where this CPU has the kernel
-(AVX-512/AMX), else the emulation (fp8lab.fp8emu), which rounds K/V through FP8 **when they are written to the
+(AVX-512/AMX), else the emulation (fp8lab.engine.fp8emu), which rounds K/V through FP8 **when they are written to the
 cache** (its patched ``do_kv_cache_update``); either way only K/V read back from the cache carry the FP8 error.
 So the test fails when the scoring sees unquantized K/V: fp8's through-the-cache scores must differ from
 ``auto``'s almost everywhere. The forcing must also hold (every forced request generated exactly its tokens) and
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fp8lab import quality as q
-from fp8lab.capability import kv_support
+from fp8lab.engine.capability import kv_support
 from fp8lab.scoring import sequence_logprobs
 
 pytestmark = pytest.mark.slow

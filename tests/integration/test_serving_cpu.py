@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8lab import devices, metrics, serving
-from fp8lab.results import run_cached
+from fp8lab import metrics, serving
+from fp8lab.engine import devices
+from fp8lab.engine.results import run_cached
 from fp8lab.specs import EngineSpec, Phase
 from fp8lab.workloads import RequestClass, build_requests, with_arrivals
 
@@ -118,7 +119,7 @@ def test_preemption_appears_past_the_kv_limit(served):
 def test_fidelity_against_vllm_bench(tiny_model, tmp_path):
     if not _has_tokenizer(tiny_model):
         pytest.skip("vLLM's throughput benchmark needs a tokenizer")
-    from fp8lab.capability import detect
+    from fp8lab.engine.capability import detect
 
     spec = EngineSpec(model=tiny_model, kv_cache_gib=0.25, max_model_len=512)
     store = tmp_path / "store"

@@ -1,6 +1,6 @@
 """The notebook tier's runner: a notebook executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny
 with fewer repetitions; ``cpu-ci-emulated``, smaller quality sets, where FP8 runs emulated), on every CPU. Where the native FP8 KV kernel is missing (an AVX2-only CPU) the notebooks take
-the path the main job takes there (:mod:`fp8lab.degrade`, :mod:`fp8lab.fp8emu`) and the tests assert what that path
+the path the main job takes there (:mod:`fp8lab.report.degrade`, :mod:`fp8lab.engine.fp8emu`) and the tests assert what that path
 must show; ``native_fp8`` and ``kv_label`` say which path ran and what a dtype is called on it."""
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import pagecheck
-from fp8lab.capability import kv_support
-from fp8lab.degrade import NATIVE_ONLY
-from fp8lab.fp8emu import emulated_label
-from fp8lab.profiles import tier_profile
-from fp8lab.report import load_profile, resolved_parameters, run_notebook
+from fp8lab.engine.capability import kv_support
+from fp8lab.engine.fp8emu import emulated_label
+from fp8lab.profiles import load_profile, resolved_parameters, tier_profile
+from fp8lab.report import pagecheck
+from fp8lab.report.degrade import NATIVE_ONLY
 
 #: Whether this device has the native FP8 KV kernel, read once at collection (before test_degraded.py switches it
+from fp8lab.report.run import run_notebook
+
 #: off for its own tests): as the root conftest decides which ``native_fp8`` tests run.
 NATIVE_FP8 = kv_support("fp8").native
 #: The tier's profile: cpu-ci, or cpu-ci-emulated where FP8 runs emulated (fp8lab/profiles.yaml says why).
@@ -47,7 +48,7 @@ def kv_label() -> Callable[[str], str]:
 def run_nb(tmp_path_factory, runs_root, profile) -> Callable[[Path, dict], tuple[dict, dict]]:
     """``run(notebook, overrides) -> (params, summary)``: the notebook's parameters on the tier's profile with
     ``overrides`` on top, executed into a fresh folder of the session's store; fails the test unless it ran and
-    its fresh page passes the reader's text check (``fp8lab.pagecheck``)."""
+    its fresh page passes the reader's text check (``fp8lab.report.pagecheck``)."""
 
     def run(notebook: Path, overrides: dict) -> tuple[dict, dict]:
         params = resolved_parameters(notebook, profile, overrides)
@@ -62,7 +63,7 @@ def run_nb(tmp_path_factory, runs_root, profile) -> Callable[[Path, dict], tuple
     return run
 
 
-#: Everything a reduced notebook records (fp8lab.degrade.summary) for the default dtypes: the sentence, the statuses,
+#: Everything a reduced notebook records (fp8lab.report.degrade.summary) for the default dtypes: the sentence, the statuses,
 #: the capability report and the formula's capacities; no measured figure.
 REDUCED_KEYS = frozenset(
     {
@@ -80,7 +81,7 @@ REDUCED_KEYS = frozenset(
 @pytest.fixture(scope="session")
 def not_measured() -> Callable[..., None]:
     """``check(summary, number, *keys)``: the reduced page of study ``number`` (a speed study on a device without the
-    kernel, :data:`fp8lab.degrade.NATIVE_ONLY`) says that, and why, fp8's figures were not measured, records only
+    kernel, the study's ``NATIVE_ONLY``, :func:`fp8lab.report.degrade.gate`) says that, and why, fp8's figures were not measured, records only
     :data:`REDUCED_KEYS` and so none of ``keys``."""
 
     def check(summary: dict, number: str, *keys: str) -> None:

@@ -1,5 +1,5 @@
 """Notebooks on a device without the native FP8 KV kernel, forced here with ``FP8LAB_NATIVE_FP8=0`` (read by
-fp8lab.capability only): Study 01 (a speed study) runs reduced and says what was not measured and why, with
+fp8lab.engine.capability only): Study 01 (a speed study) runs reduced and says what was not measured and why, with
 the formula's predicted capacities; Study 03 (a numerical study) runs its fp8 configuration emulated,
 labelled ``fp8 (emulated)``, never mixed with native results. These run on every machine."""
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from fp8lab.capability import NATIVE_FP8_ENV, kv_support
+from fp8lab.engine.capability import NATIVE_FP8_ENV, kv_support
 from fp8lab.paths import NOTEBOOKS_DIR
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import parameters_for, run_notebook
+from fp8lab.profiles import parameters_for
+from fp8lab.report.run import run_notebook
 
 pytestmark = pytest.mark.slow
 

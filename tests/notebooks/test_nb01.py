@@ -1,7 +1,7 @@
 """Notebook 01 (FP8 KV vs auto: serving) end to end on the test profile (cpu-ci, cpu-tiny with fewer repetitions), asserting on its summary.
 
 Without the native FP8 KV kernel (``native_fp8`` False) the runner executes the reduced notebook instead
-(:mod:`fp8lab.degrade`: speed and measured capacity cannot be emulated): each test then asserts what that page says
+(:mod:`fp8lab.report.degrade`: speed and measured capacity cannot be emulated): each test then asserts what that page says
 about its part: not measured and why, the formula's capacities marked predicted, no figure the page did not measure,
 and an audit that finds no serving evidence in it."""
 

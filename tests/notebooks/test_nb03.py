@@ -2,7 +2,7 @@
 
 Run after ``tests/integration/test_quality_cpu.py`` in the same session, the auto and fp8 engines are
 loaded from the session's results store; only the dtypes the profile adds start here. Without the native FP8 KV kernel
-the FP8 configurations run emulated (:mod:`fp8lab.fp8emu`), labelled ``<dtype> (emulated)`` (``kv_label``), never
+the FP8 configurations run emulated (:mod:`fp8lab.engine.fp8emu`), labelled ``<dtype> (emulated)`` (``kv_label``), never
 beside a native figure; the page says so, and the comparison with native FP8 (section 5b) says it was not made."""
 
 from __future__ import annotations

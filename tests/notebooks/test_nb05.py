@@ -14,7 +14,8 @@ import shutil
 import pytest
 
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
-from fp8lab.report import load_profile, parameters_for, previous_entries, run_notebook, write_index
+from fp8lab.profiles import load_profile, parameters_for
+from fp8lab.report.run import previous_entries, run_notebook, write_index
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ wrote. The grid, the engines and the KV budget are the profile's, so the expecta
 it sets; the KV block counts are derived here from the model's config by hand (and by the formula).
 
 Without the native FP8 KV kernel (``native_fp8`` False) the runner executes the reduced notebook instead
-(:mod:`fp8lab.degrade`: an emulated cache cannot stand in for step time): each test then asserts what that page says
+(:mod:`fp8lab.report.degrade`: an emulated cache cannot stand in for step time): each test then asserts what that page says
 about its part: not measured and why, the formula's blocks marked predicted, no figure it did not measure, and an
 audit that finds no decode evidence in it."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from fp8lab import kvformats
-from fp8lab.capability import kv_support
+from fp8lab.engine.capability import kv_support
 from fp8lab.paths import NOTEBOOKS_DIR
 
 pytestmark = [pytest.mark.slow]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import nbformat
 import papermill as pm
 
-from fp8lab import pagecheck, report
+from fp8lab.report import pagecheck
+from fp8lab.report import run as report
 
 CELLS = [
     "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\n"

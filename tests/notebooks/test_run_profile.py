@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from fp8lab.devices import provenance
-from fp8lab.report import run_profile
+from fp8lab.engine.devices import provenance
+from fp8lab.report.run import run_profile
 
 pytestmark = pytest.mark.slow
 

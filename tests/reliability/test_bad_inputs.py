@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab.engine import check_model_limits, run_engine
+from fp8lab.engine.run import check_model_limits, run_engine
 from fp8lab.paths import CONFIGS_DIR, REPO_ROOT
-from fp8lab.report import load_profiles
+from fp8lab.profiles import load_profiles
 from fp8lab.specs import BLOCK_SIZES, EngineSpec, Phase, Request, SpecError
 from fp8lab.workloads import parse_mix
 
@@ -114,7 +114,7 @@ def test_estimate_other_bad_flags(flag, value, needle):
 def test_model_folder_that_does_not_exist(tmp_path):
     """Refused when the run starts, before any engine (the spec itself is built without the file system, so a
     stored one loads on another machine): nothing is stored, no engine work folder is made."""
-    from fp8lab.results import run_cached
+    from fp8lab.engine.results import run_cached
 
     spec = EngineSpec(model=str(tmp_path / "missing" / "model"))
     with pytest.raises(SpecError, match="EngineSpec.model .*missing/model.*a folder holding config.json"):
@@ -155,7 +155,7 @@ def test_hub_id_in_the_local_cache_passes_offline(tmp_path, monkeypatch, tiny_mo
     snap.mkdir(parents=True)
     shutil.copy(Path(tiny_model) / "config.json", snap / "config.json")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    from fp8lab.engine import check_model_source
+    from fp8lab.engine.run import check_model_source
 
     check_model_source(EngineSpec(model="some-org/some-model"), env={"HF_HUB_OFFLINE": "1"})  # no raise
 
@@ -200,7 +200,7 @@ def test_request_lengths(tiny_model):
 def test_block_size_the_installed_vllm_rejects_is_recorded_without_a_start(tiny_model):
     """Which block sizes the backend takes is asked of the installed vLLM (``supports_block_size``), not written in
     fp8lab: a size it refuses comes back as an ``unsupported`` run, with no engine started (no worker log)."""
-    from fp8lab.capability import detect
+    from fp8lab.engine.capability import detect
     from fp8lab.vllm_options import cached_engine_choices
 
     info = cached_engine_choices()

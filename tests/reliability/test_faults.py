@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fp8lab.engine import run_engine
+from fp8lab.engine.run import run_engine
 from fp8lab.paths import REPO_ROOT
 from fp8lab.specs import EngineSpec, Phase, Request
 
@@ -122,7 +122,7 @@ def test_async_engine_past_its_timeout_is_killed_with_its_engine_core(tiny_model
 
 STUDY = textwrap.dedent("""
     import json, sys
-    from fp8lab.results import run_cached
+    from fp8lab.engine.results import run_cached
     from fp8lab.specs import EngineSpec, Phase, Request
 
     if __name__ == "__main__":  # the engine worker is spawned: it re-imports this script

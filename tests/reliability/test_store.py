@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from fp8lab.capacity.records import run_dirs
-from fp8lab.engine import EngineResult
-from fp8lab.results import _final, collect, phase_table, run_lock, save
+from fp8lab.engine.result import EngineResult
+from fp8lab.engine.results import _final, collect, phase_table, run_lock, save
 
 pytestmark = pytest.mark.reliability
 

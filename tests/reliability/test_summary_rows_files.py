@@ -13,12 +13,13 @@ import nbformat
 import pytest
 
 from fp8lab import summary_table as st
-from fp8lab.report import run_notebook
+from fp8lab.report.run import run_notebook
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 CELL = """
-from fp8lab import report, summary_table
+from fp8lab import summary_table
+from fp8lab.report import run as report
 row = summary_table.make_row(
     study="serving", metric="output_tok_s", kv_dtype="fp8", baseline="auto", setting="closed loop", concurrency=8,
     value=VALUE, n=3, unit="%", evidence="cpu analogue", device="CPU: test", model="test",

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from fp8lab import results, study
+from fp8lab import studies
+from fp8lab.engine import results
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 
 H200 = REPO_ROOT / "reports" / "h200"
 
@@ -49,7 +50,7 @@ def h200_study(h200_store) -> Callable[..., tuple[Any, dict, list]]:
             mp.setenv(results.STORE_ONLY_ENV, "1")
             mp.setenv("FP8LAB_RUNS", str(h200_store))
             try:
-                mod = study.load(name)
+                mod = studies.load(name)
                 spec = mod.Spec.from_params(_h200_params(name, extra, profile))
                 res = mod.run(spec, progress=False) if name.startswith("04") else mod.run(spec, store=h200_store)
                 cache[key] = (res, res.summary(), res.rows())

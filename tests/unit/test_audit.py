@@ -17,7 +17,7 @@ import pytest
 from fp8lab import audit, kvmath
 from fp8lab.audit import CONFIRMED, INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REFUTED, Evidence, Finding, Report
 from fp8lab.paths import CONFIGS_DIR, REPO_ROOT
-from fp8lab.report import write_index
+from fp8lab.report.run import write_index
 from fp8lab.specs import SpecError
 
 STEMS = {

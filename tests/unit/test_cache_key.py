@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fp8lab import capability, devices, results
-from fp8lab.engine import EngineResult
+from fp8lab.engine import capability, devices, results
+from fp8lab.engine.result import EngineResult
 from fp8lab.specs import EngineSpec, Request, SpecError, spec_hash
 
 REQS = [Request((1, 2, 3), 4)]
@@ -36,9 +36,9 @@ def _prefix_spec(model: str):
 
 
 def _versions(monkeypatch, vllm: str, torch: str) -> None:
-    """What :func:`fp8lab.devices._version` (the installed-version lookup) answers, vLLM itself untouched."""
-    real = devices._version
-    monkeypatch.setattr(devices, "_version", lambda mod: {"vllm": vllm, "torch": torch}.get(mod) or real(mod))
+    """What :func:`fp8lab.engine.devices.installed_version` (the installed-version lookup) answers, vLLM itself untouched."""
+    real = devices.installed_version
+    monkeypatch.setattr(devices, "installed_version", lambda mod: {"vllm": vllm, "torch": torch}.get(mod) or real(mod))
 
 
 def _result(tokens: int = 5) -> EngineResult:
@@ -114,9 +114,11 @@ def test_engine_code_hash_follows_each_listed_file(tmp_path):
     (tmp_path / "devices.py").write_bytes(b"# devices.py\nx = 2\n")
     assert results.engine_code_hash(files) == crlf
     # the package's list names files that exist (a renamed one would drop out of the key unnoticed)
-    pkg = Path(results.__file__).parent
+    pkg = Path(results.__file__).parents[1]
     assert all((pkg / f).is_file() for f in results.ENGINE_CODE_FILES)
-    assert {"engine.py", "engine_worker.py", "fp8emu.py", "devices.py"} <= set(results.ENGINE_CODE_FILES)
+    assert {"engine/run.py", "engine/worker.py", "engine/fp8emu.py", "engine/devices.py"} <= set(
+        results.ENGINE_CODE_FILES
+    )
 
 
 def test_a_normal_run_after_an_upgrade_measures_anew(tmp_path, monkeypatch, tiny_model):

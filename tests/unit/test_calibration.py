@@ -221,7 +221,7 @@ def test_export_dir_is_content_addressed(tiny_ckpt, tmp_path):
 # ------------------------------------------------------------------------------- data and spec
 def test_batches_group_equal_lengths():
     seqs = [[1] * 3, [1] * 5, [1] * 3, [1] * 3]
-    assert c._batches(seqs, 2) == [[0, 2], [3], [1]]
+    assert c.batches(seqs, 2) == [[0, 2], [3], [1]]
 
 
 def test_draw_samples_are_exact_windows_and_refuse_too_many():

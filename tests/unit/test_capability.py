@@ -1,4 +1,4 @@
-"""Capability detection (fp8lab.capability): CPU flag parsing and the per-dtype rule on sample devices."""
+"""Capability detection (fp8lab.engine.capability): CPU flag parsing and the per-dtype rule on sample devices."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from fp8lab import capability as cap
 from fp8lab.cli import main
+from fp8lab.engine import capability as cap
 
 # First-CPU excerpts of /proc/cpuinfo: an AVX2-only AMD EPYC (the issue's machine), an AVX-512 Xeon
 # without AMX, a Sapphire Rapids with AMX, and an ARM server (no "flags", "Features" instead).

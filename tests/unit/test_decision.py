@@ -1,4 +1,4 @@
-"""The decision box (fp8lab.decision) on the committed H200 records: every number read by field from the rows, with
+"""The decision box (fp8lab.report.decision) on the committed H200 records: every number read by field from the rows, with
 its interval and n; missing evidence said as such; a real model's quality rows replace the 'not yet measured'."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 
-from fp8lab import decision
 from fp8lab.paths import REPO_ROOT
+from fp8lab.report import decision
 
 H200 = REPO_ROOT / "reports" / "h200"
 
@@ -83,8 +83,7 @@ def test_a_real_model_quality_row_is_used(tmp_path):
 def test_gpu_quick_profile_runs_its_own_notebooks():
     """`fp8lab run --profile gpu-quick -p MODEL x` runs 00, 06 and 03 (the profile's `run:` list) with CUDA graphs,
     both engines alive at 0.45 each, batch 8 capped by its prefill budget, and quality on real weights."""
-    from fp8lab.profiles import list_notebooks
-    from fp8lab.report import load_profile, resolved_parameters
+    from fp8lab.profiles import list_notebooks, load_profile, resolved_parameters
 
     prof = load_profile("gpu-quick")
     paths = list_notebooks(prof["run"])

@@ -1,4 +1,4 @@
-"""Study 06's engine-level replication (issue 35): the ABBA schedule (fp8lab.engine_schedule) and the statistics with
+"""Study 06's engine-level replication (issue 35): the ABBA schedule (fp8lab.decode.schedule) and the statistics with
 the engine as the unit (fp8lab.decode.replication) on rows constructed here, where each engine's offset and each
 repetition's noise are chosen by hand, so every interval can be computed beside the code."""
 
@@ -13,7 +13,7 @@ from scipy import stats as sps
 
 from fp8lab import kvmath
 from fp8lab.decode import replication as rp
-from fp8lab.engine_schedule import abba_schedule, start_order
+from fp8lab.decode.schedule import abba_schedule, start_order
 
 T2 = sps.t.ppf(0.975, 2)  # 3 engine pairs: 2 degrees of freedom (4.303)
 
@@ -265,7 +265,7 @@ def test_a_resumed_run_redoes_unfinished_sets_whole_and_keeps_the_complete_attem
 
 
 def test_the_next_set_waits_when_the_cheapest_engine_time_says_it_would_not_finish():
-    from fp8lab.decode_worker import _set_estimate
+    from fp8lab.decode.worker import _set_estimate
 
     assert _set_estimate({}, 2) is None
     # the first (co-located) set paid a 144 s compile; a solo set took 60 s: the next pair needs about 120 s
@@ -274,7 +274,7 @@ def test_the_next_set_waits_when_the_cheapest_engine_time_says_it_would_not_fini
 
 
 def test_the_next_engine_waits_for_the_last_ones_device_memory():
-    from fp8lab.decode_worker import _wait_released
+    from fp8lab.decode.worker import _wait_released
 
     class Probe:  # NVML's used bytes falling as the stopped engine's process exits
         kind = "gpu"
@@ -331,7 +331,7 @@ def _replicated_run(tmp_path):
 def test_replicated_summary_rows_and_index(tmp_path):
     from fp8lab import decode
     from fp8lab import summary_table as st
-    from fp8lab.report_index import key_numbers
+    from fp8lab.report.index import key_numbers
 
     run = _replicated_run(tmp_path)
     s = decode.summary(run, 4000.0)

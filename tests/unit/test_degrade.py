@@ -6,11 +6,11 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from fp8lab import degrade
-from fp8lab.capability import NATIVE_FP8_ENV
-from fp8lab.engine import run_engine
+from fp8lab.engine.capability import NATIVE_FP8_ENV
+from fp8lab.engine.results import run_cached
+from fp8lab.engine.run import run_engine
 from fp8lab.paths import NOTEBOOKS_DIR, TINY_MODEL_DIR
-from fp8lab.results import run_cached
+from fp8lab.report import degrade
 from fp8lab.specs import EngineSpec, Request
 
 NB01 = NOTEBOOKS_DIR / "01_kv_dtype_auto_vs_fp8.ipynb"
@@ -60,7 +60,7 @@ def test_summary_marks_capacity_as_predicted(forced_off):
 
 def test_native_device_runs_notebooks_in_full(monkeypatch):
     monkeypatch.setenv(NATIVE_FP8_ENV, "1")
-    from fp8lab.capability import kv_support
+    from fp8lab.engine.capability import kv_support
 
     if not kv_support("fp8", str(TINY_MODEL_DIR)).native:
         pytest.skip("this device has no native FP8 KV kernel")
@@ -72,10 +72,10 @@ def test_longctx_without_the_kernel_emulates_only_the_quality_phases(forced_off,
     capability guard: FP8 ramp/sweep/probe engines unsupported, the quality phases on an emulated engine."""
     import sys
 
-    import fp8lab.results
-    from fp8lab import fp8emu
+    import fp8lab.engine.results
     from fp8lab import longctx as lc
-    from fp8lab.capability import unsupported_result
+    from fp8lab.engine import fp8emu
+    from fp8lab.engine.capability import unsupported_result
 
     sys.path.insert(0, str(NOTEBOOKS_DIR.parent / "tests" / "unit"))
     from test_longctx import TINY, _fake_runner
@@ -101,7 +101,7 @@ def test_longctx_without_the_kernel_emulates_only_the_quality_phases(forced_off,
         u = unsupported_result(spec)
         return u if u is not None else fake(spec, phases, study, driver, sample_interval_s, env)
 
-    monkeypatch.setattr(fp8lab.results, "run_cached", guarded)
+    monkeypatch.setattr(fp8lab.engine.results, "run_cached", guarded)
     res = lc.run_study(plan, progress=False)
     emu = [(s, st, e, p) for s, st, e, p in seen if e and fp8emu.ENV in e]
     assert len(emu) == 1
@@ -132,7 +132,7 @@ def test_a_rerender_from_the_store_is_neither_reduced_nor_emulated(monkeypatch, 
     """Re-rendering reports from a results store starts no engine, so this device's kernel does not decide what a
     study shows: an H200's fp8 runs re-render in full on an AVX2 CPU (it used to reduce Studies 01 and 06 to their
     not-measured cell and look for emulated runs in 02-04). Without the store switch the same model is refused."""
-    from fp8lab import capability
+    from fp8lab.engine import capability
     from fp8lab.paths import STORE_ONLY_ENV
 
     monkeypatch.delenv(NATIVE_FP8_ENV, raising=False)
@@ -157,7 +157,7 @@ def test_reduced_notebook_keeps_its_verdict_section(tmp_path):
     """The index links every study's #verdict: a study reduced on a device without the kernel keeps the anchor."""
     import nbformat
 
-    from fp8lab import htmlexport
+    from fp8lab.report import htmlexport
 
     nb = nbformat.read(str(degrade.notebook_for(NB01, PARAMS, tmp_path)), as_version=4)
     start, stop = htmlexport.verdict_span(nb)

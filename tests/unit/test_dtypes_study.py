@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from fp8lab.capability import kv_support
 from fp8lab.dtypes import doctor
 from fp8lab.dtypes import study as s08
 from fp8lab.dtypes.run import ENGINE_BUG, NOT_FOR_MODEL, NOT_ON_DEVICE, classify, precheck
 from fp8lab.dtypes.spec import MatrixSpec
+from fp8lab.engine.capability import kv_support
 from fp8lab.errors import SpecError
 from fp8lab.kvformats import allowed_kv_dtypes, installed_choices
 

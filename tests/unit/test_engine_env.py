@@ -1,4 +1,4 @@
-"""vLLM's process layout for fp8lab's engine workers (fp8lab.devices.engine_env)."""
+"""vLLM's process layout for fp8lab's engine workers (fp8lab.engine.devices.engine_env)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fp8lab import devices
+from fp8lab.engine import devices
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_a_forkserver_child_takes_the_environment_of_the_moment_it_starts(tmp_pa
     out = tmp_path / "env.txt"
     code = textwrap.dedent(f"""
         import multiprocessing as mp, os
-        from fp8lab.engine import _CallersEnvironment, worker_context
+        from fp8lab.engine.procs import _CallersEnvironment, worker_context
         ctx = _CallersEnvironment(mp.get_context("forkserver"))
         os.environ["FP8LAB_TEST_VAR"] = "at-construction"
         proc = ctx.Process(target=os.system, args=('echo "$FP8LAB_TEST_VAR" > {out}',), name="fp8lab-env-test")
@@ -74,29 +74,29 @@ def test_a_forkserver_child_takes_the_environment_of_the_moment_it_starts(tmp_pa
 
 def test_the_memory_probe_finds_the_members_of_a_process_group():
     """A worker leading its process group counts an engine core that joined the group from elsewhere (an AsyncLLM's
-    core forked from the forkserver is not the worker's child): ``_group_members`` lists the group, nothing else."""
+    core forked from the forkserver is not the worker's child): ``group_members`` lists the group, nothing else."""
     child = subprocess.Popen(["sleep", "30"], process_group=0)  # a group of its own
     try:
-        assert devices._group_members(child.pid) == [child.pid]
-        assert child.pid not in devices._group_members(os.getpgrp())
+        assert devices.group_members(child.pid) == [child.pid]
+        assert child.pid not in devices.group_members(os.getpgrp())
     finally:
         child.kill()
         child.wait()
 
 
 def test_a_killed_group_is_awaited_until_no_member_lives():
-    """``_kill_group`` returns once every process of the group is gone (a zombie counts as gone): a member that is
+    """``kill_group`` returns once every process of the group is gone (a zombie counts as gone): a member that is
     not the caller's child (an AsyncLLM's core forked from the forkserver) is waited for, not left exiting."""
-    from fp8lab.engine import _alive, _kill_group
+    from fp8lab.engine.procs import alive, kill_group
 
     leader = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & sleep 60"], process_group=0)
     try:
         time.sleep(0.3)
-        members = devices._group_members(leader.pid)
+        members = devices.group_members(leader.pid)
         assert leader.pid in members and len(members) >= 2  # the shell and its two sleeps
-        _kill_group(leader.pid)
-        assert not any(_alive(p) for p in members)  # all killed; the leader a zombie until reaped below
-        assert _alive(os.getpid()) and not _alive(leader.pid)
+        kill_group(leader.pid)
+        assert not any(alive(p) for p in members)  # all killed; the leader a zombie until reaped below
+        assert alive(os.getpid()) and not alive(leader.pid)
     finally:
         leader.kill()
         leader.wait()
@@ -107,8 +107,8 @@ def test_a_killed_group_is_awaited_until_no_member_lives():
 # mechanism is the same, and a unit test must not wait for vLLM's import).
 _RUNNER = """
 import os, subprocess, sys
-import fp8lab.engine as e
-e.FORKSERVER_PRELOAD = ("fp8lab.engine_worker",)
+import fp8lab.engine.procs as e
+e.FORKSERVER_PRELOAD = ("fp8lab.engine.worker",)
 address = e.share_forkserver()
 from multiprocessing import forkserver
 print(forkserver._forkserver._forkserver_pid, flush=True)
@@ -119,8 +119,8 @@ exec(sys.argv[2])  # what the runner does next, its forkserver still running
 
 _KERNEL = """
 import os, json
-import fp8lab.engine as e
-e.FORKSERVER_PRELOAD = ("fp8lab.engine_worker",)
+import fp8lab.engine.procs as e
+e.FORKSERVER_PRELOAD = ("fp8lab.engine.worker",)
 ctx = e.worker_context()
 os.environ["FP8LAB_TEST_VAR"] = "the kernel's"
 proc = ctx.Process(target=exec, args=(CHILD,), name="fp8lab-shared-test")
@@ -130,7 +130,7 @@ proc.start()
 
 _REPORT = """
 import json, os
-from fp8lab.engine import caller_pid
+from fp8lab.engine.procs import caller_pid
 json.dump({"ppid": os.getppid(), "caller": caller_pid(), "var": os.environ.get("FP8LAB_TEST_VAR")}, open(OUT, "w"))
 """
 
@@ -175,8 +175,8 @@ def test_an_engine_worker_dies_with_its_caller_not_with_the_shared_forkserver(tm
     kills its group once its caller is gone, as a spawned worker does when its parent dies."""
     child = """
 import os, time, json
-from fp8lab.engine import caller_pid
-from fp8lab.engine_worker import _die_with_parent
+from fp8lab.engine.procs import caller_pid
+from fp8lab.engine.worker import _die_with_parent
 os.setpgrp()
 _die_with_parent(caller_pid())
 json.dump({"pid": os.getpid(), "caller": caller_pid()}, open(OUT, "w"))
@@ -214,7 +214,7 @@ print("worker", "alive" if exists() else "gone", "server", "alive" if forkserver
 def test_a_stale_or_foreign_address_is_not_attached(monkeypatch):
     """``$FP8LAB_FORKSERVER`` naming a process that is gone, or one that is not a forkserver, attaches nothing (the
     kernel then starts its own server)."""
-    from fp8lab.engine import FORKSERVER_ENV, _attach_shared
+    from fp8lab.engine.procs import FORKSERVER_ENV, _attach_shared
 
     class Handle:
         _forkserver_address = None

@@ -1,11 +1,11 @@
-"""The emulated-FP8 cache write (fp8lab.fp8emu): what it hands vLLM's cache op, with real torch tensors."""
+"""The emulated-FP8 cache write (fp8lab.engine.fp8emu): what it hands vLLM's cache op, with real torch tensors."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fp8lab import fp8emu
+from fp8lab.engine import fp8emu
 from fp8lab.fp8formats import get_format, roundtrip
 
 

@@ -1,4 +1,4 @@
-"""The reader's HTML (fp8lab.htmlexport) and the index's numbers (fp8lab.report), on notebooks built here."""
+"""The reader's HTML (fp8lab.report.htmlexport) and the index's numbers (fp8lab.report.run), on notebooks built here."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import nbformat
 import pytest
 
-from fp8lab import htmlexport
-from fp8lab.report import fmt_number, key_numbers, runs_provenance, write_index
+from fp8lab.report import htmlexport
+from fp8lab.report.run import fmt_number, key_numbers, runs_provenance, write_index
 
 FORMULA = r"$$\text{bytes/token} = \sum_{\text{layers}} \text{kv\_heads} \times b$$"
 
@@ -97,7 +97,7 @@ def test_outputs_lose_noise_and_fold_dumps():
     folded = [o for o in outs if "<details" in json.dumps(o)]
     assert len(folded) == 1 and "All 40 recorded values as JSON" in folded[0]["data"]["text/html"]
     htmls = [o["data"]["text/html"] for o in outs if "text/html" in o.get("data", {})]
-    assert any("<td>1.36</td>" in h for h in htmls)  # rounded to 3 significant digits (fp8lab.readable)
+    assert any("<td>1.36</td>" in h for h in htmls)  # rounded to 3 significant digits (fp8lab.report.readable)
     assert any("This table has no rows" in h for h in htmls)
 
 
@@ -227,7 +227,7 @@ def test_index_headline_first_then_audit_and_runs_provenance(tmp_path):
 
 
 def test_note_run_appends_provenance_when_asked(tmp_path, monkeypatch):
-    from fp8lab import results
+    from fp8lab.engine import results
 
     results.note_run(tmp_path / "r0", {"device": "NVIDIA H200", "vllm": "0.26.0"}, "ok")  # no log set: no-op
     log = tmp_path / "runs.jsonl"
@@ -239,7 +239,7 @@ def test_note_run_appends_provenance_when_asked(tmp_path, monkeypatch):
 
 
 def test_store_only_never_starts_an_engine(tmp_path, monkeypatch, tiny_model):
-    from fp8lab import results
+    from fp8lab.engine import results
     from fp8lab.specs import EngineSpec
 
     monkeypatch.setenv(results.STORE_ONLY_ENV, "1")
@@ -264,7 +264,7 @@ def test_key_numbers_of_06_count_points_beyond_noise():
 
 
 def test_store_only_shows_a_stored_failure_as_it_was(tmp_path, monkeypatch, tiny_model):
-    from fp8lab import results
+    from fp8lab.engine import results
     from fp8lab.specs import EngineSpec
 
     spec = EngineSpec(model=tiny_model, kv_cache_gib=0.5)
@@ -285,7 +285,7 @@ def test_slim_png_takes_the_smallest_palette_within_max_rms():
     import numpy as np
     from PIL import Image
 
-    from fp8lab.htmlslim import MAX_RMS, slim_png
+    from fp8lab.report.htmlslim import MAX_RMS, slim_png
 
     rng = np.random.default_rng(0)
     img = np.full((120, 200, 3), 255, dtype=np.uint8)
@@ -311,7 +311,7 @@ def test_slim_png_takes_the_smallest_palette_within_max_rms():
 def test_the_summary_dump_becomes_a_link_only_to_the_same_values(tmp_path):
     """A page's folded summary dump is replaced by a link to the summary file beside it when that file holds the same
     values; a file with other values, or none, leaves the page as it is."""
-    from fp8lab.htmlslim import link_summary_dump
+    from fp8lab.report.htmlslim import link_summary_dump
 
     values = {"a.x": 1.5, "b": [1, 2], "note": "<&>"}
     dump = json.dumps(values, indent=2, sort_keys=True)

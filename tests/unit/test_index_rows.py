@@ -1,7 +1,7 @@
 """The index reads each study's key numbers by field from its typed rows (issue 16), no engine.
 
-For one run, the numbers read from its rows (:func:`fp8lab.report_index.key_numbers_from_rows`) are the ones read
-from its flat summary by key (:func:`~fp8lab.report_index.key_numbers_from_summary`), now with the interval's ``n``
+For one run, the numbers read from its rows (:func:`fp8lab.report.index.key_numbers_from_rows`) are the ones read
+from its flat summary by key (:func:`~fp8lab.report.index.key_numbers_from_summary`), now with the interval's ``n``
 and a signed change: Study 00 as the committed H200 report re-renders (no engine), Study 01 on the fake paired study
 of the serving tests, Study 03 on hand-made rows, Studies 04, 06 and 07 from the committed H200 stores (reports/h200/records, real vLLM 0.26.0 runs)
 under ``FP8LAB_STORE_ONLY``. A rows file whose producer renamed a metric makes the index leave that number out (the
@@ -17,9 +17,10 @@ from test_metrics import _FakeEngine, _plan, engine  # noqa: F401 - the fake pai
 
 from fp8lab import serving
 from fp8lab import summary_table as st
+from fp8lab.keynumbers import fmt_number, fmt_row
 from fp8lab.paths import REPO_ROOT
-from fp8lab.report import record_summary, write_index
-from fp8lab.report_index import fmt_number, fmt_row, key_numbers, key_numbers_from_summary, study_rows
+from fp8lab.report.index import key_numbers, key_numbers_from_summary, study_rows
+from fp8lab.report.run import record_summary, write_index
 
 H200 = REPO_ROOT / "reports" / "h200"
 #: The H200 report's bandwidth (notebook 06 records it; the committed report ran with it).

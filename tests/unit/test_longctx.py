@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from fp8lab import longctx as lc
-from fp8lab import longdocs
-from fp8lab.engine import EngineResult
+from fp8lab import workloads
+from fp8lab.engine.result import EngineResult
 from fp8lab.paths import TINY_MODEL_DIR
 from fp8lab.specs import SpecError
 
@@ -97,7 +97,7 @@ def test_document_ids_wrap_around_a_short_corpus(monkeypatch):
             return self.ids
 
     key = (lc.resolve_model(TINY), ("code", "json"), 6, 12345)
-    monkeypatch.setitem(longdocs._STREAMS, key, Stub())
+    monkeypatch.setitem(workloads._STREAMS, key, Stub())
     assert lc.document_ids(TINY, 7, offset=8, seed=12345) == (8, 9, 0, 1, 2, 3, 4)
     assert lc.document_ids(TINY, 25, offset=0, seed=12345) == tuple(list(range(10)) * 2 + list(range(5)))
 
@@ -113,9 +113,9 @@ def test_insert_at_depth():
 
 
 def test_passkey_items_exact_length_and_needle_where_asked():
-    from fp8lab.workloads import _tokenizer
+    from fp8lab.workloads import load_tokenizer
 
-    tok = _tokenizer(lc.resolve_model(TINY))
+    tok = load_tokenizer(lc.resolve_model(TINY))
     items = lc.passkey_items(TINY, [256, 512], [0.0, 0.5, 1.0], trials=2, seed=1)
     assert len(items) == 2 * 3 * 2 and len({it.tag for it in items}) == 12
     for it in items:
@@ -135,9 +135,9 @@ def test_passkey_items_exact_length_and_needle_where_asked():
 def test_multi_key_items_hold_every_needle_and_ask_for_the_one_at_depth():
     """The multi-key variant: k needles alike but for a label, each with its own key, the asked one at ``depth``
     (``needle_pos``), the others elsewhere; the question names the asked label; one-key items are unchanged."""
-    from fp8lab.workloads import _tokenizer
+    from fp8lab.workloads import load_tokenizer
 
-    tok = _tokenizer(lc.resolve_model(TINY))
+    tok = load_tokenizer(lc.resolve_model(TINY))
     one = lc.passkey_items(TINY, [256], [0.5], trials=2, seed=3)
     both = lc.passkey_items(TINY, [256], [0.5], trials=2, seed=3, keys=(1, 4))
     assert [it.prompt for it in both[:2]] == [it.prompt for it in one]  # keys=(1,) first: same prompts as ever
@@ -303,9 +303,9 @@ def test_crossovers():
 
 def test_decode_overlap_peak():
     g = pd.DataFrame({"sent_s": [0.0, 0.0], "ttft_s": [1.0, 2.0], "e2e_s": [3.0, 4.0]})
-    assert lc._decode_overlap_peak(g) == 2  # [1, 3] and [2, 4] overlap
+    assert lc.overlap_peak(g) == 2  # [1, 3] and [2, 4] overlap
     g = pd.DataFrame({"sent_s": [0.0, 0.0], "ttft_s": [1.0, 3.5], "e2e_s": [3.0, 4.0]})
-    assert lc._decode_overlap_peak(g) == 1  # the second one decodes after the first finished
+    assert lc.overlap_peak(g) == 1  # the second one decodes after the first finished
 
 
 # ------------------------------------------------------------------------------------------ divergence

@@ -11,7 +11,7 @@ import pytest
 
 from fp8lab import prefix as px
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 from fp8lab.specs import SpecError
 
 TINY = "data/models/fp8lab-tiny-qwen3"
@@ -348,7 +348,7 @@ def test_a_store_only_rerender_loads_a_run_measured_under_another_vllm_and_start
 
 
 def test_turn_prompt_is_the_conversation_so_far_plus_the_last_answer_and_a_new_message():
-    from fp8lab.prefix_worker import _prompt
+    from fp8lab.prefix.worker import _prompt
 
     conv = {"shared": [1, 2], "private": [3], "users": [[10, 11], [20, 21], [30, 31]]}
     answers = [[100, 101], [200, 201]]

@@ -189,7 +189,7 @@ def test_roundtrip_table_and_summary():
 def test_attention_reference_matches_torch_sdpa():
     cap = _fake_capture()
     qq, k, v = (x.float() for x in cap.sequences(0)[1])
-    out, probs = q._attention(qq, k, v, cap.head_dim**-0.5)
+    out, probs = q.causal_attention(qq, k, v, cap.head_dim**-0.5)
     ref = torch.nn.functional.scaled_dot_product_attention(
         qq.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
     ).transpose(0, 1)
@@ -340,7 +340,7 @@ def test_engine_roundtrip_picks_the_engines_rows():
 
 
 def test_engine_roundtrip_names_emulated_configs_as_they_ran():
-    """An emulated config (fp8lab.fp8emu) rounds K and V as its native twin would: the rows carry the emulated
+    """An emulated config (fp8lab.engine.fp8emu) rounds K and V as its native twin would: the rows carry the emulated
     label (never plain "fp8") and a scale set's own scales, found through the configured label."""
     rt = pd.DataFrame(
         [

@@ -1,4 +1,4 @@
-"""The reader's format (fp8lab.readable) and its text check (fp8lab.pagecheck), on every committed page."""
+"""The reader's format (fp8lab.report.readable) and its text check (fp8lab.report.pagecheck), on every committed page."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from fp8lab import pagecheck, readable
 from fp8lab.paths import REPO_ROOT
+from fp8lab.report import pagecheck, readable
 
 
 def test_frame_html_has_no_index_units_fixed_decimals_and_reasons():

@@ -75,7 +75,7 @@ TRACKED_TREE_LIMIT = 32 * 2**20
 
 def test_tracked_tree_leaves_room_for_a_device_call():
     """The sum of the sizes of every tracked file (``git ls-files``) stays at or under 32 MiB (issue 15): keep
-    per-token arrays as the aggregates the notebooks read, HTML without code (fp8lab.htmlslim), stores
+    per-token arrays as the aggregates the notebooks read, HTML without code (fp8lab.report.htmlslim), stores
     compact (scripts/slim_store.py)."""
     git = shutil.which("git")
     if (

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from fp8lab.report import TEST_PROFILE, list_notebooks, load_profile, load_profiles, record_summary, write_index
+from fp8lab.profiles import TEST_PROFILE, list_notebooks, load_profile, load_profiles
+from fp8lab.report.run import record_summary, write_index
 from fp8lab.specs import SpecError
 
 
@@ -172,7 +173,7 @@ def test_index_lists_each_notebook_with_status(tmp_path):
 
 def test_resolved_parameters_layers_defaults_profile_overrides():
     from fp8lab.paths import NOTEBOOKS_DIR
-    from fp8lab.report import load_profile, resolved_parameters
+    from fp8lab.profiles import load_profile, resolved_parameters
 
     nb = NOTEBOOKS_DIR / "03_quality_token_match.ipynb"
     p = resolved_parameters(nb, load_profile("cpu-tiny"), {"GEN_TOKENS": 7})
@@ -184,7 +185,7 @@ def test_resolved_parameters_layers_defaults_profile_overrides():
 
 def test_compare_summaries_side_by_side(tmp_path, capsys):
     from fp8lab.cli import main
-    from fp8lab.report import compare_summaries
+    from fp8lab.report.run import compare_summaries
 
     for name, vals in (
         ("cpu", {"fp8.top3": 0.91, "fp8.ppl": 8.9, "labels": ["a"], "ok": True}),
@@ -202,7 +203,7 @@ def test_compare_summaries_side_by_side(tmp_path, capsys):
 
 def test_every_profile_entry_is_a_parameter_of_its_notebook():
     """A typo in a profile's per-notebook entry would otherwise be dropped without a word (papermill only warns)."""
-    from fp8lab.report import parameters_for
+    from fp8lab.profiles import parameters_for
 
     for name in load_profiles():
         profile = load_profile(name)
@@ -212,7 +213,7 @@ def test_every_profile_entry_is_a_parameter_of_its_notebook():
 
 
 def test_unknown_parameters_are_named():
-    from fp8lab.report import check_overrides, parameters_for
+    from fp8lab.profiles import check_overrides, parameters_for
 
     nb = list_notebooks(["01"])
     with pytest.raises(SpecError, match=r"Profile.notebooks.01_kv_dtype_auto_vs_fp8.KV_CAHCE_GIB = 2: not a parameter"):

@@ -1,4 +1,4 @@
-"""fp8lab.results.phase_table: a study's stored runs tabulated per phase, with hand-computed values."""
+"""fp8lab.engine.results.phase_table: a study's stored runs tabulated per phase, with hand-computed values."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from fp8lab.cli import main
-from fp8lab.engine import EngineResult
-from fp8lab.results import phase_table, save
+from fp8lab.engine.result import EngineResult
+from fp8lab.engine.results import phase_table, save
 
 
 def _store(root, run_id: str, dtype: str, status: str = "ok") -> None:

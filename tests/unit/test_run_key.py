@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fp8lab import results
-from fp8lab.engine import EngineResult
+from fp8lab.engine import results
+from fp8lab.engine.result import EngineResult
 from fp8lab.paths import REPO_ROOT
 from fp8lab.specs import EngineSpec, Request, resolve_model, spec_hash
 
@@ -28,7 +28,7 @@ TINY = "data/models/fp8lab-tiny-qwen3"
 #: scale-set folder in the store, and (argv[1]) loads the run stored there as a normal cached run.
 KEYS = r"""
 import json, sys
-from fp8lab import results
+from fp8lab.engine import results
 from fp8lab.decode import DecodeSpec
 from fp8lab.prefix import PrefixSpec
 from fp8lab.serving.paired import WORKER_CODE
@@ -159,13 +159,13 @@ def test_file_digests_are_read_once_per_file_version(tmp_path, monkeypatch):
 
 
 def test_one_studys_worker_is_in_that_studys_key_only(second_checkout, tmp_path):
-    """In the copy: editing decode_worker.py changes the decode keys only, prefix_worker.py the prefix keys only,
-    serving_worker.py Study 01's paired runs only;
-    editing engine.py (engine code every run shares) changes every key."""
+    """In the copy: editing decode/worker.py changes the decode keys only, prefix/worker.py the prefix keys only,
+    serving/worker.py Study 01's paired runs only;
+    editing engine/run.py (engine code every run shares) changes every key."""
     base = _keys(second_checkout, tmp_path)
     pkg = second_checkout / "fp8lab"
     changed = {}
-    for f in ("decode_worker.py", "prefix_worker.py", "serving_worker.py", "engine.py"):
+    for f in ("decode/worker.py", "prefix/worker.py", "serving/worker.py", "engine/run.py"):
         text = (pkg / f).read_text()
         (pkg / f).write_text(text + "\n# edited\n")
         try:
@@ -174,8 +174,8 @@ def test_one_studys_worker_is_in_that_studys_key_only(second_checkout, tmp_path)
             (pkg / f).write_text(text)
         changed[f] = sorted(k for k in base if base[k] != now[k])
     assert changed == {
-        "decode_worker.py": ["decode"],
-        "prefix_worker.py": ["prefix"],
-        "serving_worker.py": ["paired"],
-        "engine.py": ["decode", "dummy", "paired", "prefix", "run"],
+        "decode/worker.py": ["decode"],
+        "prefix/worker.py": ["prefix"],
+        "serving/worker.py": ["paired"],
+        "engine/run.py": ["decode", "dummy", "paired", "prefix", "run"],
     }

@@ -9,7 +9,8 @@ import tarfile
 import pandas as pd
 import pytest
 
-from fp8lab import results, serving
+from fp8lab import serving
+from fp8lab.engine import results
 from fp8lab.paths import REPO_ROOT
 
 SHIPPED = REPO_ROOT / "reports" / "h200" / "shipped" / "records" / "01_kv_dtype_auto_vs_fp8.tar.gz"
@@ -137,8 +138,8 @@ def test_preemption_line_on_the_shipped_model_records(tmp_path):
 
 
 def test_throughput_points_name_the_method():
-    assert serving._tput_point("output tok/s @c=32") == "c=32"
-    assert serving._tput_point("output tok/s (no stream) @c=32") == "c=32 (no stream)"
+    assert serving.tput_point("output tok/s @c=32") == "c=32"
+    assert serving.tput_point("output tok/s (no stream) @c=32") == "c=32 (no stream)"
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -151,8 +152,8 @@ def test_latency_percentiles_are_taken_per_trial_not_pooled():
 
     values = np.array([1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 4.0])
     trials = np.array([0, 0, 0, 1, 1, 1, 1])
-    assert serving._per_trial(values, trials, "p50") == {0: 2.0, 1: 15.0}  # pooled, the median would be 4.0
-    assert serving._per_trial(values, trials, "p99") == pytest.approx({0: 2.98, 1: 29.7})
+    assert serving.per_trial(values, trials, "p50") == {0: 2.0, 1: 15.0}  # pooled, the median would be 4.0
+    assert serving.per_trial(values, trials, "p99") == pytest.approx({0: 2.98, 1: 29.7})
 
 
 def test_delta_row_on_five_paired_trials():
@@ -229,7 +230,7 @@ def test_paired_schedule_alternates_by_phase_and_trial():
 
 
 def _run(d, trial, **facts):
-    from fp8lab.engine import EngineResult
+    from fp8lab.engine.result import EngineResult
 
     return {
         "kv_dtype": d,

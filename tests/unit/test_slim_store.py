@@ -1,4 +1,4 @@
-"""The slimmed committed stores and reports read the same as fresh ones (scripts/slim_store.py, fp8lab.htmlslim).
+"""The slimmed committed stores and reports read the same as fresh ones (scripts/slim_store.py, fp8lab.report.htmlslim).
 
 A store written by the current code (``results.save``: float64, int64, ``itl_s``, Study 04's top-k lists) and the
 same store rewritten by ``slim_store.py`` must give the notebooks the same frames; these tests build both from
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from fp8lab import longctx as lc
-from fp8lab import results
+from fp8lab.engine import results
 from fp8lab.paths import REPO_ROOT
 
 
@@ -33,7 +33,7 @@ def slim_store():
 
 @pytest.fixture(scope="module")
 def slim_html():
-    from fp8lab import htmlslim
+    from fp8lab.report import htmlslim
 
     return htmlslim
 

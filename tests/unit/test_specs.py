@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fp8lab.engine import classify_failure, root_cause, validate_phases
+from fp8lab.engine.result import classify_failure, root_cause
+from fp8lab.engine.run import validate_phases
 from fp8lab.specs import EngineSpec, Phase, Request, SpecError, spec_hash
 
 
@@ -143,7 +144,7 @@ def test_root_cause_reads_vllm_026_prefixed_engine_core_lines():
 
 
 def test_phase_client_is_checked_and_hashed_only_when_not_default(tiny_model):
-    from fp8lab.results import run_descriptor
+    from fp8lab.engine.results import run_descriptor
     from fp8lab.specs import EngineSpec, Phase, Request, SpecError, spec_hash
 
     reqs = (Request(prompt_token_ids=(1, 2, 3), max_tokens=4),)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from test_longctx import TINY, _fake_runner
 
-from fp8lab import audit, study
+from fp8lab import audit, studies, study
 from fp8lab import longctx as lc
 from fp8lab import prefix as px
 from fp8lab.audit import study as s05
@@ -25,13 +25,13 @@ from fp8lab.errors import SpecError
 from fp8lab.longctx import study as s04
 from fp8lab.paths import NOTEBOOKS_DIR
 from fp8lab.prefix import study as s07
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 from fp8lab.specs import spec_hash
 
 
 # ------------------------------------------------------------------------------------------ the contract itself
 def test_every_registered_study_satisfies_the_contract():
-    assert set(study.STUDIES) == {
+    assert set(studies.names()) == {
         "00_kv_memory_estimation",
         "01_kv_dtype_auto_vs_fp8",
         "02_calibration_32_tokens",
@@ -42,8 +42,8 @@ def test_every_registered_study_satisfies_the_contract():
         "07_prefix_cache",
         "08_kv_dtype_matrix",
     }
-    for name in study.STUDIES:
-        mod = study.load(name)
+    for name in studies.names():
+        mod = studies.load(name)
         assert study.missing(mod) == [] and study.check(mod) is mod
         assert mod.NAME == name and (NOTEBOOKS_DIR / f"{name}.ipynb").is_file()
         assert isinstance(mod, study.Study)  # the runtime-checkable Protocol: NAME, Spec, run
@@ -81,7 +81,7 @@ def test_load_refuses_an_unregistered_study():
     with pytest.raises(
         KeyError, match=re.escape("registered are 00_kv_memory_estimation | 01_kv_dtype_auto_vs_fp8 | 02_cal")
     ):
-        study.load("08_nothing")
+        studies.load("08_nothing")
 
 
 def test_verdict_words_are_the_audits():
@@ -168,14 +168,14 @@ def test_study_04_spec_from_the_profile_is_the_plan_the_notebook_built():
     ],
 )
 def test_a_bad_parameter_is_a_spec_error_naming_the_field(name, bad, spec_name, field, monkeypatch):
-    from fp8lab import results
+    from fp8lab.engine import results
 
     def no_engine(*a, **k):
         raise AssertionError("an engine was asked for")
 
     monkeypatch.setattr(results, "run_cached", no_engine)
     p = {k: v for k, v in (_params(name) | bad).items() if v is not MISSING}
-    mod = study.load(name)
+    mod = studies.load(name)
     with pytest.raises(SpecError) as e:
         mod.Spec.from_params(p)
     assert (e.value.spec, e.value.field) == (spec_name, field)
@@ -231,7 +231,7 @@ def _store_07(root, fp8_ok: bool = True) -> px.PrefixSpec:
 
 
 def test_study_07_results_from_a_stored_run(tmp_path, monkeypatch):
-    from fp8lab import results
+    from fp8lab.engine import results
 
     monkeypatch.setenv(results.STORE_ONLY_ENV, "1")  # never start a worker: what is not in the store is an error
     spec = _store_07(tmp_path)

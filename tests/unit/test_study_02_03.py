@@ -11,12 +11,12 @@ import types
 import pandas as pd
 import pytest
 
-from fp8lab import audit, calibration, quality, study
+from fp8lab import audit, calibration, quality, studies, study
 from fp8lab.calibration import study as s02
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
+from fp8lab.profiles import load_profile, resolved_parameters
 from fp8lab.quality import study as s03
-from fp8lab.report import load_profile, resolved_parameters
 
 MISSING = object()  # a parameter left out
 
@@ -27,7 +27,7 @@ def _params(name: str) -> dict:
 
 def test_both_studies_are_registered_and_satisfy_the_contract():
     for mod in (s02, s03):
-        assert study.STUDIES[mod.NAME] == mod.__name__ and study.load(mod.NAME) is mod
+        assert mod.__name__ in studies.MODULES and studies.load(mod.NAME) is mod
         assert study.missing(mod) == [] and isinstance(mod, study.Study)
         assert (NOTEBOOKS_DIR / f"{mod.NAME}.ipynb").is_file()
     assert set(s03.VERDICT_WORDS.values()) <= set(study.VERDICT_WORDS)
@@ -72,7 +72,7 @@ def test_study_02_spec_from_the_profile_is_the_spec_the_notebook_built():
 def test_a_bad_parameter_is_a_spec_error_naming_the_field(name, bad, spec_name, field):
     p = {k: v for k, v in (_params(name) | bad).items() if v is not MISSING}
     with pytest.raises(SpecError) as e:
-        study.load(name).Spec.from_params(p)
+        studies.load(name).Spec.from_params(p)
     assert (e.value.spec, e.value.field) == (spec_name, field)
 
 

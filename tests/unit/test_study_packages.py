@@ -16,7 +16,7 @@ import pytest
 
 from fp8lab.paths import REPO_ROOT
 
-#: The public names notebooks, tests, scripts, fp8lab/prefix_worker.py and the audit use, or that the former modules
+#: The public names notebooks, tests, scripts, fp8lab/prefix/worker.py and the audit use, or that the former modules
 #: defined (fp8lab/capacity.py, fp8lab/longctx.py and fp8lab/prefix.py before the split).
 PUBLIC = {
     "capacity": """COLUMNS NOT_RUN RECORD_COLUMNS capacity_check check_record_roots records_check records_markdown
@@ -28,7 +28,7 @@ PUBLIC = {
         growth_table longest_context max_concurrency_at measured_crossover parse_estimated_max_len passkey_accuracy
         passkey_table phase_meta plan_table position_divergence predicted_num_blocks quality_documents
         quality_phases ramp_max_model_len ramp_phases ramp_prompt ramp_table random_token_table run_study
-        speed_table stored_divergence summary_values sweep_phases tables verdict_markdown _decode_overlap_peak
+        speed_table stored_divergence summary_values sweep_phases tables verdict_markdown overlap_peak
         length_grid document_ids passkey_items passkey_correct insert_at_depth assemble_document json_object
         PASSKEY_NEEDLE PASSKEY_QUESTION PASSKEY_TASK PASSKEY_OUTPUT_TOKENS PasskeyItem resolve_model""",
     "prefix": """CLAIM BlockPool PrefixRun PrefixSpec Shape STUDY PROTOCOL CPU_DEFAULT_BLOCK WorkloadKind PromptSource
@@ -43,7 +43,7 @@ PUBLIC = {
         paired_schedule phase_meta phase_payload phase_records plan_from_params predicted_blocks preemption_line
         profile_estimate require_ok resolve_concurrency roofline_measured roofline_tables run_device
         run_fp8lab_offline run_study run_vllm_bench schedule_table summary_rows summary_values throughput_table
-        trial_order verdict _per_trial _tput_point""",
+        trial_order verdict per_trial tput_point""",
     "decode": """ANCHORS PROTOCOL STUDY DecodeRun DecodeSpec capacity_table crossover_table find_run fit_table load margin
         plan point_table roofline_table run_decode store_bandwidth summary summary_rows verdict""",
     # the claims audit (fp8lab/audit.py before the split): what notebooks, tests and scripts use, and its __all__
@@ -63,14 +63,14 @@ PUBLIC = {
         export_sets find_set head_reduction_check headline kv_cache_scheme_for logprob_vectors prompt_ids prompt_points
         quality_label quality_phases quality_reserved_tokens quality_scale_sets quant_error_summary quant_error_table
         rel_diff run_dynamic scale_diff_summary scale_diff_table scale_set_dir scale_set_from_capture scale_tensors
-        scales_from_amax snr_db stored_capture summary_rows tokens_to_threshold _batches CalibrationStudySpec""",
+        scales_from_amax snr_db stored_capture summary_rows tokens_to_threshold batches CalibrationStudySpec""",
     "quality": """BASELINE CopyItem DEFAULT_PROMPTS KVConfig PHASES QualityRuns QualitySpec REPORT_FINE_BAND
         REPORT_N_TOKENS REPORT_THRESHOLD VerdictRules agreement_rate attention_error_table by_position capture_prompts
         copy_task_items delta_ppl_pct engine_roundtrip first_divergence greedy_phase greedy_table headline
         identical_prefix_len kl_topk kv_configs load_prompt_set perplexity ppl_by_label ppl_phase ppl_table ppl_windows
         roundtrip_points roundtrip_summary roundtrip_table run_quality study_phases summary_rows summary_table
         task_phase task_table task_tf_phase teacher_phase teacher_table token_match_fraction top3_by_category
-        topk_curve topk_overlap verdict verdict_markdown _attention QualityStudySpec""",
+        topk_curve topk_overlap verdict verdict_markdown causal_attention QualityStudySpec""",
 }
 #: The audit's rule modules, by topic.
 RULE_TOPICS = ("memory", "serving", "longctx", "quality", "facts")

@@ -15,19 +15,21 @@ import re
 import pytest
 from test_kvmath import TINY, _fake_engine
 
-from fp8lab import results, study
+from fp8lab import studies, study
 from fp8lab import summary_table as st
 from fp8lab.capacity import study as s00
+from fp8lab.engine import results
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, REPO_ROOT
-from fp8lab.report import _clean, load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
+from fp8lab.report.run import _clean
 
 H200 = REPO_ROOT / "reports" / "h200"
 
 
 # ------------------------------------------------------------------------------------------------ Study 00
 def test_study_00_satisfies_the_contract():
-    assert study.check(s00) is s00 and study.load(s00.NAME) is s00 and s00.NAME in study.STUDIES
+    assert study.check(s00) is s00 and studies.load(s00.NAME) is s00 and s00.NAME in studies.names()
     assert (NOTEBOOKS_DIR / f"{s00.NAME}.ipynb").is_file()
 
 

@@ -14,11 +14,11 @@ import pytest
 from test_decode_analysis import CTX, REPS, _rows
 from test_metrics import _FakeEngine, _plan, engine  # noqa: F401 - the fake paired study of the serving tests
 
-from fp8lab import audit, decode, serving, study
+from fp8lab import audit, decode, serving, studies, study
 from fp8lab.decode import study as s06
 from fp8lab.errors import SpecError
 from fp8lab.paths import NOTEBOOKS_DIR, TINY_MODEL_DIR
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 from fp8lab.serving import study as s01
 from fp8lab.specs import spec_hash
 
@@ -31,7 +31,7 @@ def _params(name: str) -> dict:
 
 # ------------------------------------------------------------------------------------------ Spec.from_params
 def test_both_are_registered_and_satisfy_the_contract():
-    assert study.load(s01.NAME) is s01 and study.load(s06.NAME) is s06
+    assert studies.load(s01.NAME) is s01 and studies.load(s06.NAME) is s06
     assert s01.NAME == "01_kv_dtype_auto_vs_fp8" and s06.NAME == "06_decode_speed"
     ids = {c.id for c in audit.CLAIMS}
     assert set(s01.CLAIMS) <= ids and set(s06.CLAIMS) <= ids
@@ -118,7 +118,7 @@ def test_study_06_spec_from_the_profile_is_the_spec_the_notebook_built():
 def test_a_bad_parameter_is_a_spec_error_naming_the_field(name, bad, spec_name, field):
     p = {k: v for k, v in (_params(name) | bad).items() if v is not MISSING}
     with pytest.raises(SpecError) as e:
-        study.load(name).Spec.from_params(p)
+        studies.load(name).Spec.from_params(p)
     assert (e.value.spec, e.value.field) == (spec_name, field)
 
 
@@ -207,7 +207,7 @@ def _store_06(root) -> s06.DecodeStudySpec:
 
 
 def test_study_06_results_from_a_stored_run(tmp_path, monkeypatch):
-    from fp8lab import results
+    from fp8lab.engine import results
 
     monkeypatch.setenv(results.STORE_ONLY_ENV, "1")  # never start a worker: what is not in the store is an error
     spec = _store_06(tmp_path)

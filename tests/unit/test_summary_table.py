@@ -12,7 +12,7 @@ from test_metrics import _FakeEngine, _plan, engine  # noqa: F401 - the fake pai
 
 from fp8lab import serving
 from fp8lab import summary_table as st
-from fp8lab.report import record_summary
+from fp8lab.report.run import record_summary
 from fp8lab.specs import SpecError
 
 

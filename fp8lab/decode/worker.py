@@ -1,7 +1,7 @@
 """Inside the decode study's spawned worker: start the engine sets of the plan, time decode steps, append rows.
 
 Only :mod:`fp8lab.decode` starts this, in a fresh ``spawn`` process whose stdout/stderr go to the run's
-worker log. The plan lists engine sets in start order (:mod:`fp8lab.engine_schedule`: fresh engines per dtype,
+worker log. The plan lists engine sets in start order (:mod:`fp8lab.decode.schedule`: fresh engines per dtype,
 ABBA, a co-located arm and a one-engine-at-a-time arm); the engines of a set are alive at once and the dtypes
 alternate within each repetition (AB, BA, AB, ...), so drift in the machine hits both alike. Every row names its
 engine (``arm``, ``round``, ``engine``, ``engine_uid``: the analysis averages within an engine first).
@@ -19,20 +19,19 @@ dies keeps everything it measured, and a rerun skips what is there.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
-import re
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from fp8lab.engine import devices
+from fp8lab.engine.worker import prepare_worker, start_llm, stop_llm
+
 #: Unix time by which the worker's engine sets must end (set by scripts/h200_run.sh from its budget); unset: none.
 DEADLINE_ENV = "FP8LAB_DEADLINE"
-
-_BACKEND_RE = re.compile(r"Using ([\w.]+) (?:attention )?backend")
 
 
 def _append(path: Path, row: dict[str, Any]) -> None:
@@ -75,79 +74,6 @@ def _measure(llm: Any, prompts: list[list[int]], n: int, margin: int) -> dict[st
     }
 
 
-def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from fp8lab import devices
-    from fp8lab.engine_worker import _engine_kwargs
-
-    before = log_path.stat().st_size if log_path.exists() else 0
-    facts: dict[str, Any] = {"kv_cache_dtype_requested": spec["kv_cache_dtype"]}
-    t0 = time.perf_counter()
-    from vllm import LLM
-
-    llm = LLM(**{**_engine_kwargs(spec), **extra})
-    facts["engine_start_s"] = time.perf_counter() - t0
-    vcfg = llm.llm_engine.vllm_config
-    cc = vcfg.cache_config
-    facts.update(
-        num_blocks=int(cc.num_gpu_blocks or 0),
-        block_size=int(cc.block_size),
-        kv_cache_dtype=str(cc.cache_dtype),
-        max_model_len=int(vcfg.model_config.max_model_len),
-        max_num_seqs=int(vcfg.scheduler_config.max_num_seqs),
-        max_num_batched_tokens=int(vcfg.scheduler_config.max_num_batched_tokens),
-        cuda_graphs=not bool(vcfg.model_config.enforce_eager),
-        engine_core=devices.engine_core_layout(),
-    )
-    facts["kv_capacity_tokens"] = facts["num_blocks"] * facts["block_size"]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    text = log_path.read_text(errors="replace")[before:] if log_path.exists() else ""
-    facts["attention_backend"] = sorted(set(_BACKEND_RE.findall(text))) or _silent_backend(spec, vcfg)
-    probe = devices.MemoryProbe(tensor_parallel_size=spec["tensor_parallel_size"])
-    facts["mem_kind"] = probe.kind
-    facts["mem_per_device_after_start_bytes"] = probe.per_device_used()
-    facts["mem_after_start_bytes"] = probe.used_bytes()
-    return llm, facts
-
-
-def _silent_backend(spec: dict[str, Any], vcfg: Any) -> list[str] | None:
-    """The attention backend of a platform that selects it without logging it: vLLM's CPU platform returns
-    ``CPU_ATTN`` for every non-MLA model silently (``vllm/platforms/cpu.py``, ``get_attn_backend_cls``), so
-    its own selector is asked with this engine's model. ``None`` where that is not possible."""
-    try:
-        from types import SimpleNamespace
-
-        from vllm.platforms import current_platform
-        from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-        if not current_platform.is_cpu():
-            return None
-        asked = spec.get("attention_backend")
-        path = current_platform.get_attn_backend_cls(
-            AttentionBackendEnum[asked] if asked else None,
-            attn_selector_config=SimpleNamespace(use_sparse=False, use_mla=bool(vcfg.model_config.use_mla)),
-        )
-        names = []
-        for e in AttentionBackendEnum:
-            try:
-                if e.get_path() == path:
-                    names.append(e.name)
-            except Exception:  # noqa: BLE001 - a member without a path in this build
-                continue
-        return names or [str(path).rsplit(".", 1)[-1]]
-    except Exception:  # noqa: BLE001 - the fact is optional; the engine ran
-        return None
-
-
-def _stop(llm: Any) -> None:
-    try:
-        llm.llm_engine.engine_core.shutdown()
-    except Exception:
-        pass
-    del llm
-    gc.collect()
-
-
 def _deadline() -> float | None:
     """``FP8LAB_DEADLINE`` (Unix seconds): no engine set starts that would not end before it (None: no deadline)."""
     try:
@@ -183,14 +109,12 @@ def _set_estimate(took: dict[int, float], n: int) -> float | None:
 
 def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir: str, log_path: str) -> None:
     """Run the plan's engine sets (``plan["sets"]``: ``{arm, round, configs}`` in start order, every config's engine
-    alive together; :mod:`fp8lab.engine_schedule`), each engine measuring every point ``reps`` times; ``specs``:
+    alive together; :mod:`fp8lab.decode.schedule`), each engine measuring every point ``reps`` times; ``specs``:
     ``{arm: {kv_dtype: engine spec}}``. Never raises: failures land in ``engines.json``.
 
     Before a set starts, the time the last set of as many engines took is checked against ``FP8LAB_DEADLINE``: a
     set that would not finish is left for the next call (``deferred`` in ``engines.json``), so a run cut into
     device calls loses no half-measured engine set."""
-    from fp8lab import devices
-
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # the caller kills the whole tree (engine cores, workers) by process group
     out, log = Path(out_dir), Path(log_path)
@@ -231,7 +155,7 @@ def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir:
             ids[d] = uid
             base = {"kv_dtype": d, "arm": arm, "round": rnd, "engine_uid": uid}
             try:
-                llm, facts = _start(specs[arm][d], log, plan.get("engine_args") or {})
+                llm, facts = start_llm(specs[arm][d], log, plan.get("engine_args") or {})
                 live[d] = llm
                 engines["engines"][eid] = {"status": "ok", "error": None, **base, **facts}
             except BaseException as exc:  # noqa: BLE001 - a failed start is a record, the rest goes on
@@ -284,7 +208,7 @@ def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir:
             save()
         finally:
             for llm in live.values():
-                _stop(llm)
+                stop_llm(llm)
             live.clear()
             waited = _wait_released(probe, baseline)
             took[len(configs)] = time.time() - t_set
@@ -299,8 +223,6 @@ def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir:
 def entry(
     log_path: str, env: dict[str, str], specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir: str
 ) -> None:
-    """Spawn target: :func:`fp8lab.engine_worker.prepare_worker` (log, environment), then the worker."""
-    from fp8lab.engine_worker import prepare_worker
-
+    """Spawn target: :func:`fp8lab.engine.worker.prepare_worker` (log, environment), then the worker."""
     prepare_worker(log_path, env)
     worker_main(specs, plan, out_dir, log_path)

@@ -14,6 +14,7 @@ import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Literal
 
+from fp8lab.engine.devices import cpu_name, gpu_facts  # gpu_facts: NVML only, does not initialise CUDA
 from fp8lab.specs import SpecError, check_choice, check_float, check_int
 
 Device = Literal["auto", "cuda", "cpu"]
@@ -50,8 +51,6 @@ def _probe(device: str, size_mib: int, repeats: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             np.copyto(dst, src)
             times.append(time.perf_counter() - t0)
-        from fp8lab.devices import cpu_name
-
         name = cpu_name()
     best = min(times)
     return {
@@ -67,8 +66,6 @@ def _probe(device: str, size_mib: int, repeats: int) -> dict[str, Any]:
 
 
 def _has_gpu() -> bool:
-    from fp8lab.devices import gpu_facts  # NVML only: does not initialise CUDA here
-
     return bool(gpu_facts())
 
 

@@ -2,14 +2,14 @@
 study and serves phases on command, so the dtypes' phases can be interleaved (A B, B A, ...) in time.
 
 Only :mod:`fp8lab.serving` starts this (``spawn``; stdout/stderr go to the engine's worker log). Each engine
-lives in its own process (unlike :mod:`fp8lab.decode_worker`, which holds two offline ``LLM`` objects in
+lives in its own process (unlike :mod:`fp8lab.decode.worker`, which holds two offline ``LLM`` objects in
 one), because vLLM's Prometheus gauges (KV usage, preemptions) are process-global: a second ``AsyncLLM`` in
 the same process would unregister the first one's. Only one engine runs a phase at a time; the other waits
 idle with its KV cache allocated.
 
 Protocol over the pipe: the worker sends ``{"status": "ready", "engine": facts, "provenance": ...}`` (or
 ``{"status": "error", "error": ..., "traceback": ...}`` and exits); then for each phase dict it receives
-(:mod:`fp8lab.engine_worker`'s phase payload, optionally with ``min_seconds`` / ``min_requests``), it
+(:mod:`fp8lab.engine.worker`'s phase payload, optionally with ``min_seconds`` / ``min_requests``), it
 replies ``{"status": "ok", "rows", "stats", "samples"}`` or ``{"status": "error", ...}``; ``None`` stops it.
 """
 
@@ -23,11 +23,11 @@ import time
 import traceback
 from typing import Any
 
-from fp8lab import devices
+from fp8lab.engine import devices
 
 
 def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
-    from fp8lab import engine_worker as ew
+    from fp8lab.engine import worker as ew
 
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # the caller kills the whole tree (engine core, workers) by process group
@@ -40,11 +40,11 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from fp8lab.engine import core_from_forkserver
+        from fp8lab.engine.procs import core_from_forkserver
 
         core_start = core_from_forkserver()
         t0 = time.perf_counter()
-        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**ew._engine_kwargs(spec)))
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**ew.engine_kwargs(spec)))
         facts = {
             "engine_start_s": time.perf_counter() - t0,
             "engine_core_start": core_start,
@@ -68,7 +68,7 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
             try:
                 sampler.phase = key
                 before = ew.read_gauges().get("preemptions_total", 0.0)
-                rows, wall = loop.run_until_complete(ew._run_stream(engine, phase))
+                rows, wall = loop.run_until_complete(ew.run_stream(engine, phase))
                 snap = sampler.sample()
                 samples = [s for s in sampler.rows if s["phase"] == key]
                 win = phase.get("window")
@@ -111,8 +111,8 @@ def serve(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
 
 
 def entry(log_path: str, env: dict[str, str], spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
-    """Spawn target: :func:`fp8lab.engine_worker.prepare_worker` (log, environment), then the worker."""
-    from fp8lab.engine_worker import prepare_worker
+    """Spawn target: :func:`fp8lab.engine.worker.prepare_worker` (log, environment), then the worker."""
+    from fp8lab.engine.worker import prepare_worker
 
     prepare_worker(log_path, env)
     serve(spec, options, conn)

@@ -1,4 +1,4 @@
-"""What a study does on a device without the native FP8 KV kernel (:mod:`fp8lab.capability`).
+"""What a study does on a device without the native FP8 KV kernel (:mod:`fp8lab.engine.capability`).
 
 Studies whose question is the speed or the measured capacity of an FP8 KV cache (01 serving, 06 decode)
 cannot be answered by emulation (an emulated cache is bf16-sized and the rounding costs time). There the
@@ -7,7 +7,7 @@ then one cell that says in one sentence what was not measured and why, prints ``
 gives the KV capacity the formula predicts for each dtype (marked ``predicted``, never measured) and
 records that as the notebook's summary. Nothing is started that is bound to fail, and the notebook is
 ``ok``. The numerical studies (02, 03, 04) run their FP8 configurations emulated instead
-(:mod:`fp8lab.fp8emu`); 00 records its FP8 engine check as ``unsupported`` beside the formula.
+(:mod:`fp8lab.engine.fp8emu`); 00 records its FP8 engine check as ``unsupported`` beside the formula.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-#: Notebook number -> what it measures that needs the native FP8 kernel.
-NATIVE_ONLY: dict[str, str] = {
-    "01": "serving throughput, latency and measured KV capacity",
-    "06": "decode step time",
-}
+from fp8lab import kvmath, studies
+from fp8lab.engine.capability import kv_support, report
+from fp8lab.specs import resolve_model
 
 DEFAULT_DTYPES = ("auto", "fp8")
 
@@ -32,11 +30,9 @@ def _dtypes(params: dict[str, Any]) -> list[str]:
 
 def gate(notebook: str | Path, params: dict[str, Any]) -> str | None:
     """The one sentence saying what ``notebook`` will not measure here and why, or None when it runs in full."""
-    from fp8lab.capability import kv_support
-    from fp8lab.specs import resolve_model
-
-    num = Path(notebook).name[:2]
-    if num not in NATIVE_ONLY:
+    study = studies.for_page(Path(notebook).stem)
+    native_only = getattr(study, "NATIVE_ONLY", None)
+    if not native_only:
         return None
     model = resolve_model(str(params["MODEL"])) if params.get("MODEL") else None
     missing = [d for d in _dtypes(params) if not kv_support(d, model).native]
@@ -44,7 +40,7 @@ def gate(notebook: str | Path, params: dict[str, Any]) -> str | None:
         return None
     reason = kv_support(missing[0], model).reason
     return (
-        f"Not measured: the {NATIVE_ONLY[num]} of kv_cache_dtype {', '.join(missing)}, because {reason}; "
+        f"Not measured: the {native_only} of kv_cache_dtype {', '.join(missing)}, because {reason}; "
         "an emulated FP8 cache cannot stand in for speed or capacity, so this study ran no engine and the "
         "capacities below are the formula's prediction."
     )
@@ -53,8 +49,6 @@ def gate(notebook: str | Path, params: dict[str, Any]) -> str | None:
 def predicted_capacity(model: str, dtypes: list[str], kv_cache_gib: float | None, block_size: int | None) -> list[dict]:
     """Per dtype: the formula's blocks and tokens for a ``kv_cache_gib`` budget (CPU block size 128 by default),
     every row marked ``source = "predicted"``."""
-    from fp8lab import kvmath
-
     if kv_cache_gib is None:
         return []
     bs = int(block_size or 128)
@@ -81,9 +75,6 @@ def predicted_capacity(model: str, dtypes: list[str], kv_cache_gib: float | None
 def summary(notebook: str, params: dict[str, Any]) -> dict[str, Any]:
     """The summary a reduced notebook records: ``not_measured`` (the sentence), ``<dtype>.status``
     (``unsupported`` or ``not run``), ``<dtype>.predicted_*`` and the capability report."""
-    from fp8lab.capability import kv_support, report
-    from fp8lab.specs import resolve_model
-
     model = resolve_model(str(params.get("MODEL", "")))
     dtypes = _dtypes(params)
     out: dict[str, Any] = {"not_measured": gate(notebook, params), "degraded": True, "capability": report(model)}
@@ -99,11 +90,15 @@ def summary(notebook: str, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_CELL = """# Added by fp8lab.degrade: this device has no native FP8 KV kernel, so the study's engines were not started.
+_CELL = """# Added by fp8lab.report.degrade: this device has no native FP8 KV kernel, so the study's engines were not started.
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import capability, degrade, report
+from fp8lab.engine import capability
+
+from fp8lab.report import degrade
+
+from fp8lab.report import run as report
 
 _params = {k: v for k, v in globals().items() if k.isupper()}
 NOT_MEASURED = degrade.summary({stem!r}, _params)
@@ -130,7 +125,7 @@ def notebook_for(notebook: Path, params: dict[str, Any], work_dir: Path) -> Path
             break
     keep.append(
         nbformat.v4.new_markdown_cell(
-            # the page's verdict (fp8lab.htmlexport opens the page with it, anchored #verdict, as the index links it)
+            # the page's verdict (fp8lab.report.htmlexport opens the page with it, anchored #verdict, as the index links it)
             "## Verdict: not measured on this device\n\nThis device has no native FP8 KV kernel (`fp8lab doctor` says "
             "why). The rest of this study measures engines with an FP8 cache, so it was not run: no claim of this study "
             "is judged here; the sentence below says what is missing, and the table gives the formula's capacities "
@@ -145,4 +140,4 @@ def notebook_for(notebook: Path, params: dict[str, Any], work_dir: Path) -> Path
     return out
 
 
-__all__ = ["NATIVE_ONLY", "gate", "notebook_for", "predicted_capacity", "summary"]
+__all__ = ["gate", "notebook_for", "predicted_capacity", "summary"]

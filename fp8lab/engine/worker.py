@@ -1,6 +1,6 @@
 """The code that runs inside the isolated worker process: build one vLLM engine, run its phases.
 
-Only :mod:`fp8lab.engine` calls :func:`worker_main`, in a freshly spawned process whose stdout and
+Only :mod:`fp8lab.engine.run` calls :func:`worker_main`, in a freshly spawned process whose stdout and
 stderr go to the run's ``worker.log`` (the engine's own child processes inherit them, so the root
 cause of a failed start lands there too). Results are written to ``result.pkl`` after engine start
 and again after every phase, so a run that dies keeps whatever it had measured.
@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import pickle
+import re
 import select
 import signal
 import statistics
@@ -24,7 +25,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from fp8lab import devices
+from fp8lab.engine import devices
+from fp8lab.engine.procs import caller_pid, core_from_forkserver
+from fp8lab.scoring import FORCED_KEY, FORCING_FQCN
 
 
 def _write(path: Path, payload: dict[str, Any]) -> None:
@@ -34,7 +37,7 @@ def _write(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
     kw: dict[str, Any] = dict(
         model=spec["model"],
         kv_cache_dtype=spec["kv_cache_dtype"],
@@ -57,6 +60,85 @@ def _engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("calculate_kv_scales"):  # only when asked: vLLM 0.32 no longer accepts the argument
         kw["calculate_kv_scales"] = True
     return kw
+
+
+#: How vLLM logs the attention backend it picked (:func:`start_llm`).
+BACKEND_RE = re.compile(r"Using ([\w.]+) (?:attention )?backend")
+
+
+def start_llm(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Build an offline ``LLM`` for ``spec`` (its :func:`engine_kwargs` with ``extra`` on top) in this worker and
+    return it with the facts every study records of an engine start: its KV blocks and dtype, limits, attention
+    backend (from the part of ``log_path`` this start wrote), engine-core layout and memory after the start.
+    The studies whose workers keep engines of their own (decode, prefix, dtypes) start them here."""
+    before = log_path.stat().st_size if log_path.exists() else 0
+    facts: dict[str, Any] = {"kv_cache_dtype_requested": spec["kv_cache_dtype"]}
+    t0 = time.perf_counter()
+    from vllm import LLM
+
+    llm = LLM(**{**engine_kwargs(spec), **extra})
+    facts["engine_start_s"] = time.perf_counter() - t0
+    vcfg = llm.llm_engine.vllm_config
+    cc = vcfg.cache_config
+    facts.update(
+        num_blocks=int(cc.num_gpu_blocks or 0),
+        block_size=int(cc.block_size),
+        kv_cache_dtype=str(cc.cache_dtype),
+        max_model_len=int(vcfg.model_config.max_model_len),
+        max_num_seqs=int(vcfg.scheduler_config.max_num_seqs),
+        max_num_batched_tokens=int(vcfg.scheduler_config.max_num_batched_tokens),
+        cuda_graphs=not bool(vcfg.model_config.enforce_eager),
+        engine_core=devices.engine_core_layout(),
+    )
+    facts["kv_capacity_tokens"] = facts["num_blocks"] * facts["block_size"]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    text = log_path.read_text(errors="replace")[before:] if log_path.exists() else ""
+    facts["attention_backend"] = sorted(set(BACKEND_RE.findall(text))) or silent_backend(spec, vcfg)
+    probe = devices.MemoryProbe(tensor_parallel_size=spec["tensor_parallel_size"])
+    facts["mem_kind"] = probe.kind
+    facts["mem_per_device_after_start_bytes"] = probe.per_device_used()
+    facts["mem_after_start_bytes"] = probe.used_bytes()
+    return llm, facts
+
+
+def silent_backend(spec: dict[str, Any], vcfg: Any) -> list[str] | None:
+    """The attention backend of a platform that selects it without logging it: vLLM's CPU platform returns
+    ``CPU_ATTN`` for every non-MLA model silently (``vllm/platforms/cpu.py``, ``get_attn_backend_cls``), so
+    its own selector is asked with this engine's model. ``None`` where that is not possible."""
+    try:
+        from types import SimpleNamespace
+
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        if not current_platform.is_cpu():
+            return None
+        asked = spec.get("attention_backend")
+        path = current_platform.get_attn_backend_cls(
+            AttentionBackendEnum[asked] if asked else None,
+            attn_selector_config=SimpleNamespace(use_sparse=False, use_mla=bool(vcfg.model_config.use_mla)),
+        )
+        names = []
+        for e in AttentionBackendEnum:
+            try:
+                if e.get_path() == path:
+                    names.append(e.name)
+            except Exception:  # noqa: BLE001 - a member without a path in this build
+                continue
+        return names or [str(path).rsplit(".", 1)[-1]]
+    except Exception:  # noqa: BLE001 - the fact is optional; the engine ran
+        return None
+
+
+def stop_llm(llm: Any) -> None:
+    """Shut an engine of :func:`start_llm` down in this worker and free it."""
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:
+        pass
+    del llm
+    gc.collect()
 
 
 class Sampler:
@@ -154,8 +236,6 @@ def _sampling_params(req: dict[str, Any], stream: bool = False, final_only: bool
     if req["logprobs"] is not None:
         kw["logprobs"] = req["logprobs"]
     if req.get("forced_token_ids"):  # scoring through the cache: fp8lab.forcing generates exactly these tokens
-        from fp8lab.scoring import FORCED_KEY
-
         kw["extra_args"] = {FORCED_KEY: [int(t) for t in req["forced_token_ids"]]}
     if stream:
         kw["output_kind"] = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA
@@ -334,7 +414,7 @@ async def _final_one(engine: Any, idx: int, req: dict[str, Any], phase: str, t_s
     return row
 
 
-async def _run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
+async def run_stream(engine: Any, phase: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
     """Open loop (each request sent at its ``arrival_s``, whether or not earlier ones finished) or,
     with ``concurrency`` set, closed loop (at most N requests in flight, the next sent as one ends)."""
     reqs = phase["requests"]
@@ -459,17 +539,13 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
     try:
         res["provenance"] = devices.provenance(seed=spec["seed"])
         _write(path, res)
-        kw = _engine_kwargs(spec)
+        kw = engine_kwargs(spec)
         if needs_forcing(phases):
-            from fp8lab.scoring import FORCING_FQCN
-
             kw["logits_processors"] = [FORCING_FQCN]
         t0 = time.perf_counter()
         if options.get("driver", "llm") == "async":
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
-
-            from fp8lab.engine import core_from_forkserver
 
             res["engine"]["engine_core_start"] = core_from_forkserver()
             engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
@@ -490,7 +566,7 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
             sampler.phase = phase["name"]
             before = read_gauges().get("preemptions_total", 0.0)
             if engine is not None:
-                rows, wall = loop.run_until_complete(_run_stream(engine, phase))
+                rows, wall = loop.run_until_complete(run_stream(engine, phase))
             else:
                 rows, wall = _run_offline(llm, phase)
             snap = sampler.sample()
@@ -543,7 +619,7 @@ def worker_main(spec: dict[str, Any], phases: list[dict[str, Any]], options: dic
 def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
     """Kill this worker's process group (the engine and its children) once ``parent`` is gone: a caller killed
     by SIGKILL cannot clean up, and an orphaned engine would hold memory and devices until it finished. ``parent``
-    is the process that started this worker (:func:`fp8lab.engine.caller_pid`): this process's parent when it was
+    is the process that started this worker (:func:`fp8lab.engine.run.caller_pid`): this process's parent when it was
     spawned, else the caller of a forkserver (which may be shared and outlive it), watched through a pidfd."""
     pidfd: int | None = None
     if parent != os.getppid():
@@ -587,7 +663,7 @@ def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
 def prepare_worker(log_path: str, env: dict[str, Any]) -> None:
     """First steps of every spawned engine worker, before vLLM is imported: this process's (and its children's)
     stdout/stderr go to ``log_path``; the spec's ``kv_cache_gib`` is the one KV budget (``VLLM_CPU_KVCACHE_SPACE``
-    dropped); :func:`fp8lab.devices.engine_env` (vLLM's process layout on a CPU), then ``env`` on top."""
+    dropped); :func:`fp8lab.engine.devices.engine_env` (vLLM's process layout on a CPU), then ``env`` on top."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -603,8 +679,6 @@ def entry(
     """Spawn target: :func:`prepare_worker`, then one engine runs every phase."""
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # so the caller can kill the whole engine tree by process group
-        from fp8lab.engine import caller_pid
-
         _die_with_parent(caller_pid())
     prepare_worker(log_path, options.get("env", {}))
     worker_main(spec, phases, options, result_path)

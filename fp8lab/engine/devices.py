@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fp8lab
 from fp8lab.paths import REPO_ROOT
 
 
@@ -38,7 +39,7 @@ MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 def cpu_layout() -> bool:
     """True where vLLM engines run on the CPU (no NVIDIA device) and ``$FP8LAB_VLLM_PROCESSES`` does not ask for
     vLLM's default process layout: fp8lab's worker then hosts the engine core (:func:`engine_env`) and workers fork
-    from a server that imported vLLM once (:func:`fp8lab.engine.worker_context`)."""
+    from a server that imported vLLM once (:func:`fp8lab.engine.run.worker_context`)."""
     return not os.environ.get(DEFAULT_LAYOUT_ENV) and _nvml() is None
 
 
@@ -48,7 +49,7 @@ def engine_env() -> dict[str, str]:
     On a CPU (no NVIDIA device), ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: an ``LLM`` engine's core then runs in
     the worker itself and its model executor in the core, instead of two more spawned processes that each
     import vLLM again (about 20 of a 30 s engine start on 2 cores; an ``AsyncLLM`` keeps its core process, forked
-    from the same server as the worker (:func:`fp8lab.engine.core_from_forkserver`; records: ``engine_core_start``),
+    from the same server as the worker (:func:`fp8lab.engine.run.core_from_forkserver`; records: ``engine_core_start``),
     and drops the executor's). The model runs the same way either way: one OpenMP thread bound to a core (vLLM's
     CPU worker reserves the other core for the front end). On a GPU nothing is set: vLLM's defaults, as every
     GPU record was measured. A variable already in the environment is kept, and ``$FP8LAB_VLLM_PROCESSES``
@@ -115,7 +116,7 @@ class MemoryProbe:
             me = psutil.Process()
             procs = {me, *me.children(recursive=True)}
             if hasattr(os, "getpgrp") and os.getpgrp() == me.pid:  # a worker leading its group: an engine core
-                for pid in _group_members(me.pid):  # forked elsewhere joined it
+                for pid in group_members(me.pid):  # forked elsewhere joined it
                     try:
                         procs.add(psutil.Process(pid))
                     except psutil.Error:  # gone since the scan: not a reason to lose the whole sample
@@ -136,7 +137,7 @@ class MemoryProbe:
         return [int(self._nv.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles]
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """Live processes of process group ``pgid`` (Linux: ``/proc``; elsewhere none)."""
     out = []
     for entry in Path("/proc").glob("[0-9]*") if Path("/proc").is_dir() else ():
@@ -199,7 +200,7 @@ def git_commit() -> dict[str, Any]:
     return {"fp8lab_commit": commit, "fp8lab_dirty": dirty}
 
 
-def _version(mod: str) -> str | None:
+def installed_version(mod: str) -> str | None:
     try:
         from importlib.metadata import version
 
@@ -219,17 +220,15 @@ def provenance(seed: int | None = None, with_torch: bool = True) -> dict[str, An
     Keys: date (UTC ISO), fp8lab version/commit/dirty, python, platform, versions of vllm, torch,
     transformers; CUDA runtime and driver, GPU names (or the CPU model), seed.
     """
-    import fp8lab
-
     p: dict[str, Any] = {
         "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "fp8lab_version": fp8lab.__version__,
         **git_commit(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "vllm": _version("vllm"),
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
+        "vllm": installed_version("vllm"),
+        "torch": installed_version("torch"),
+        "transformers": installed_version("transformers"),
         "seed": seed,
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),

@@ -17,7 +17,7 @@ Two arms (:data:`ARMS`):
 Rounds interleave the arms (round 0: colocated then solo; round 1: solo then colocated; ...), so a round's two
 arms are adjacent in time and a between-arm difference can be paired by round. :func:`abba_schedule` builds the
 list; :class:`EngineSet` is one entry (the engines alive together). Study 06 runs it
-(:mod:`fp8lab.decode_worker`); the serving and prefix studies can run the same list.
+(:mod:`fp8lab.decode.worker`); the serving and prefix studies can run the same list.
 """
 
 from __future__ import annotations

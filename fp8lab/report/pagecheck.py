@@ -1,7 +1,7 @@
 """The reader's text check over an HTML report: what a reader should never see on a page.
 
 :func:`problems` lists, for one page, every visible string that breaks the reader's format
-(``fp8lab.readable`` is the layer that produces pages which pass):
+(``fp8lab.report.readable`` is the layer that produces pages which pass):
 
 - ``missing``: a table cell or a sentence reading NaN, nan, None, <NA> or NaT instead of "not measured: <reason>";
 - ``truncated``: a pandas frame cut for display ("3 rows × 27 columns", a "..." column or row);
@@ -11,7 +11,7 @@
 - ``exception``: a raw exception (``TypeError: ...``, a traceback) instead of a sentence and its classified cause;
 - ``machine-path``: a path on the machine that rendered the page (``/tmp/...``, ``/work/...``, ``/home/...``).
 
-``python -m fp8lab.pagecheck reports`` checks every ``*.html`` below the folders named and exits 1 on a problem.
+``python -m fp8lab.report.pagecheck reports`` checks every ``*.html`` below the folders named and exits 1 on a problem.
 """
 
 from __future__ import annotations

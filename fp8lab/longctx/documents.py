@@ -1,5 +1,5 @@
-"""Study 04's inputs: long documents of real text cut to exact token lengths, the length grids, random-token
-prompts, and passkey-retrieval items. No engine here; :mod:`fp8lab.longctx` runs the study on these.
+"""Study 04's inputs: the length grids and passkey-retrieval items, on the long documents of real text cut to exact
+token lengths and the random-token prompts of :mod:`fp8lab.workloads` (which Studies 07 and 08 use too). No engine here; :mod:`fp8lab.longctx` runs the study on these.
 
 Documents are the held-out text (``data/text``) concatenated with their paragraph structure, with generated
 code blocks and JSON objects inserted every few paragraphs, as the field reports did.
@@ -7,7 +7,6 @@ code blocks and JSON objects inserted every few paragraphs, as the field reports
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Sequence
@@ -15,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fp8lab.specs import SpecError, check_choice, check_float, check_int, resolve_model
+from fp8lab.workloads import document_ids, load_tokenizer, random_ids
 
 GridKind = Literal["geometric", "linear"]
 PromptSource = Literal["text", "random"]
-InsertKind = Literal["code", "json"]
 
 #: Passkey retrieval, the wording of Mohtashami & Jaggi (arXiv:2305.16300, appendix), with real text
 #: in place of their repeated filler sentences.
@@ -71,134 +70,6 @@ def length_grid(
 
 
 # ============================================================================ documents
-def json_object(rng: random.Random) -> str:
-    """A small pretty-printed JSON object (a config/record of the kind documentation shows), seeded."""
-    words = ["alpha", "beta", "gamma", "delta", "cache", "block", "token", "layer", "scale", "queue"]
-    obj = {
-        "id": rng.randrange(1, 100_000),
-        "name": f"{rng.choice(words)}_{rng.choice(words)}",
-        "enabled": rng.random() < 0.5,
-        "ratio": round(rng.random(), 4),
-        "tags": rng.sample(words, 3),
-        "limits": {"max_items": rng.randrange(1, 4096), "timeout_s": round(rng.uniform(0.1, 60.0), 2)},
-    }
-    return json.dumps(obj, indent=2)
-
-
-def code_block(rng: random.Random) -> str:
-    """A small fenced Python snippet, seeded (one of a few shapes with random names and numbers), with no
-    blank line inside, so it stays one paragraph of the document."""
-    name = (
-        rng.choice(["load", "parse", "merge", "scan", "emit", "fold"])
-        + "_"
-        + rng.choice(["items", "rows", "blocks", "tokens", "records"])
-    )
-    n, k = rng.randrange(2, 64), rng.randrange(1, 9)
-    shapes = [
-        f"def {name}(data, limit={n}):\n    out = []\n    for i, x in enumerate(data):\n"
-        f"        if i >= limit:\n            break\n        out.append(x * {k})\n    return out",
-        f"class {name.title().replace('_', '')}:\n    def __init__(self, size={n}):\n        self.size = size\n"
-        f"        self.items = [None] * size\n    def get(self, i):\n        return self.items[i % self.size]",
-        f"with open('{name}.txt') as f:\n    total = sum(int(line) for line in f if line.strip())\n"
-        f"print(total // {k}, total % {n})",
-    ]
-    return "```python\n" + rng.choice(shapes) + "\n```"
-
-
-def assemble_document(
-    texts: Sequence[str], inserts: Sequence[str] = ("code", "json"), every: int = 6, seed: int = 0
-) -> str:
-    """One long document: ``texts`` split into paragraphs (blank-line separated, kept verbatim), joined
-    with blank lines, with an inserted block after every ``every`` paragraphs, cycling through
-    ``inserts`` (``code``: :func:`code_block`, ``json``: :func:`json_object`; seeded by ``seed``).
-
-    >>> assemble_document(["a\\n\\nb", "c"], inserts=(), every=1)
-    'a\\n\\nb\\n\\nc'
-    """
-    for kind in inserts:
-        check_choice("LongDocument", "inserts", kind, InsertKind)
-    check_int("LongDocument", "every", every, 1, 10_000_000)
-    rng = random.Random(seed)
-    makers = {"code": code_block, "json": json_object}
-    paragraphs: list[str] = []
-    count = 0
-    for text in texts:
-        for para in re.split(r"\n\s*\n", text.strip("\n")):
-            if not para.strip():
-                continue
-            paragraphs.append(para)
-            count += 1
-            if inserts and count % every == 0:
-                paragraphs.append(makers[inserts[(count // every - 1) % len(inserts)]](rng))
-    return "\n\n".join(paragraphs)
-
-
-class _DocumentStream:
-    """The held-out documents assembled (:func:`assemble_document`, one document at a time) and tokenized
-    lazily, so a 16K-token ramp does not tokenize the whole 2 MB corpus. Each document's inserts are
-    seeded by ``seed`` and its index, so the stream does not depend on how far it was read before."""
-
-    def __init__(self, model: str, inserts: tuple[str, ...], every: int, seed: int):
-        from fp8lab.workloads import _tokenizer, heldout_documents
-
-        self.tok = _tokenizer(model)
-        self.docs = [text for _, text in heldout_documents()]
-        self.inserts, self.every, self.seed = inserts, every, seed
-        self.ids: list[int] = []
-        self.next_doc = 0
-
-    def take(self, n: int) -> list[int]:
-        """At least the first ``n`` token ids (fewer only when the corpus is exhausted)."""
-        while len(self.ids) < n and self.next_doc < len(self.docs):
-            i = self.next_doc
-            text = assemble_document([self.docs[i]], self.inserts, self.every, seed=self.seed * 100_003 + i)
-            self.ids.extend(self.tok.encode(text + "\n\n", add_special_tokens=False))
-            self.next_doc += 1
-        return self.ids
-
-    @property
-    def exhausted(self) -> bool:
-        return self.next_doc >= len(self.docs)
-
-
-_STREAMS: dict[tuple, _DocumentStream] = {}
-
-
-def document_ids(
-    model: str,
-    length: int,
-    offset: int = 0,
-    *,
-    inserts: Sequence[str] = ("code", "json"),
-    every: int = 6,
-    seed: int = 0,
-) -> tuple[int, ...]:
-    """Exactly ``length`` token ids of the long held-out document, from token ``offset`` (the stream
-    wraps around when the corpus is shorter than ``offset + length``: about 0.5M tokens with the shipped
-    tokenizer)."""
-    check_int("LongDocument", "length", length, 1, 100_000_000)
-    check_int("LongDocument", "offset", offset, 0, 100_000_000)
-    key = (resolve_model(model), tuple(inserts), every, seed)
-    if key not in _STREAMS:
-        _STREAMS[key] = _DocumentStream(key[0], key[1], every, seed)
-    stream = _STREAMS[key]
-    ids = stream.take(offset + length)
-    if len(ids) >= offset + length:
-        return tuple(ids[offset : offset + length])
-    if not ids:
-        raise SpecError("LongDocument", "text", "data/text/heldout", "held-out .txt documents to build prompts from")
-    reps = (offset + length) // len(ids) + 1  # the corpus repeated: said in the notebook when it happens
-    return tuple((ids * reps)[offset : offset + length])
-
-
-def random_ids(vocab_size: int, length: int, seed: int) -> tuple[int, ...]:
-    """Seeded random token ids (for dummy-weight models, and the random-token checks)."""
-    from fp8lab.workloads import random_prompt
-
-    return random_prompt(vocab_size, length, random.Random(seed))
-
-
-# ============================================================================ passkey
 @dataclass(frozen=True)
 class PasskeyItem:
     """One passkey prompt of exactly ``length`` tokens: task, haystack with the needle inserted at
@@ -245,10 +116,8 @@ def passkey_items(
     at ``depth`` and the others at the evenly spaced depths that remain. A model must tell the needles apart, so a
     quantization error that blurs which label goes with which key shows here first. Items with one key keep the
     tags they always had; a multi-key item's tag adds ``-k<keys>``."""
-    from fp8lab.workloads import _tokenizer
-
     check_choice("Passkey", "haystack", haystack, PromptSource)
-    tok = _tokenizer(resolve_model(model))
+    tok = load_tokenizer(resolve_model(model))
     rng = random.Random(seed)
     items = []
     n = 0

@@ -1,13 +1,13 @@
 """The reader's format: one layer that every table, sentence and chart of a report goes through.
 
-Two halves, one set of rules (checked by :mod:`fp8lab.pagecheck`):
+Two halves, one set of rules (checked by :mod:`fp8lab.report.pagecheck`):
 
-- **at the source**, in a notebook's kernel (:func:`install`, called by ``fp8lab.report.setup_notebook`` and by
-  importing ``fp8lab.readable`` in IPython): a pandas frame is shown by :func:`frame_html` (no index column, units
+- **at the source**, in a notebook's kernel (:func:`install`, called by ``fp8lab.report.run.setup_notebook`` and by
+  importing ``fp8lab.report.readable`` in IPython): a pandas frame is shown by :func:`frame_html` (no index column, units
   from the column names, fixed decimals per column, "not measured: <reason>" for a missing value, every row and
   column: nothing cut, a scrolling box that fits the page); a matplotlib figure by :func:`figure_html` (alt text
   built from its title, axes and series; a sentence instead of a chart that has no data);
-- **at export**, over the whole page (:func:`tidy_page`, which ``fp8lab.htmlexport`` applies, and which also
+- **at export**, over the whole page (:func:`tidy_page`, which ``fp8lab.report.htmlexport`` applies, and which also
   re-applies to a page already written): a missing cell, a number in scientific notation or with 16 digits, a
   negative zero, a raw exception (kept as a sentence with its classified cause; the trace stays in the run's log)
   and a machine path are rewritten wherever the source did not already.
@@ -23,6 +23,8 @@ import io
 import math
 import re
 from typing import Any
+
+from fp8lab.engine.result import classify_failure
 
 #: Column-name suffix -> the unit shown in the header.
 UNIT_SUFFIXES: dict[str, str] = {
@@ -225,7 +227,7 @@ _PATH = re.compile(r"(?<![\w.])/(?:tmp|work|home|root|Users|mnt|scratch|private|
 _MISSING_CELL = re.compile(r"^\s*(?:nan|NaN|None|<NA>|&lt;NA&gt;|NaT)\s*$")
 
 
-def _sig(x: float) -> str:
+def sig(x: float) -> str:
     """A number in fixed notation with about three significant digits."""
     if x == 0:
         return "0"
@@ -241,9 +243,7 @@ def _short_path(m: re.Match) -> str:
 
 
 def sentence_for_error(text: str, short: bool = False) -> str:
-    """A raw exception as a sentence with its classified cause (``fp8lab.engine.classify_failure``)."""
-    from fp8lab.engine import classify_failure
-
+    """A raw exception as a sentence with its classified cause (``fp8lab.engine.result.classify_failure``)."""
     m = _EXC.search(text)
     if not m:
         return tidy_text(text, cell=True) if not short else tidy_text(text, cell=True)[:160]
@@ -263,8 +263,8 @@ def tidy_text(text: str, cell: bool = False) -> str:
         return f"{NOT_MEASURED}: not recorded"
     if _EXC.search(text):
         text = sentence_for_error(text)
-    text = _SCI.sub(lambda m: _sig(float(m.group(1))), text)
-    text = _LONG.sub(lambda m: _sig(float(m.group(1))), text)
+    text = _SCI.sub(lambda m: sig(float(m.group(1))), text)
+    text = _LONG.sub(lambda m: sig(float(m.group(1))), text)
     text = _NEG_ZERO.sub(lambda m: ("±" if m.group(1).startswith("+") else "") + m.group(2), text)
     return _PATH.sub(_short_path, text)
 
@@ -327,7 +327,7 @@ def tidy_page(page: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fp8lab.readable PAGE.html ...``: re-apply :func:`tidy_page` to pages already written."""
+    """``python -m fp8lab.report.readable PAGE.html ...``: re-apply :func:`tidy_page` to pages already written."""
     import sys
     from pathlib import Path
 

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.engine.result import EngineResult
 from fp8lab.paths import store_only
 
 #: The switch that forces "no native FP8 KV kernel" (read here only).
@@ -40,7 +41,7 @@ AMX_FLAGS = ("amx_tile",)
 
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
-#: Platforms where fp8lab's FP8 emulation (fp8lab/fp8emu.py: a bf16 cache holding FP8-rounded K/V) can run:
+#: Platforms where fp8lab's FP8 emulation (fp8lab/engine/fp8emu.py: a bf16 cache holding FP8-rounded K/V) can run:
 #: it patches the CPU attention backend's cache write.
 EMULATION_PLATFORMS = ("cpu",)
 
@@ -262,14 +263,12 @@ def kv_support(kv_cache_dtype: str, model: str | None = None) -> KVSupport:
 
 
 def unsupported_result(spec: Any) -> Any:
-    """An ``unsupported`` :class:`fp8lab.engine.EngineResult` for an engine spec this device cannot run
+    """An ``unsupported`` :class:`fp8lab.engine.result.EngineResult` for an engine spec this device cannot run
     natively (no engine started; ``extra['not_started']``), or None when it can run."""
     sup = kv_support(spec.kv_cache_dtype, spec.model)
     if sup.native:
         return None
     import pandas as pd
-
-    from fp8lab.engine import EngineResult
 
     return EngineResult(
         status="unsupported",

@@ -9,12 +9,12 @@ What :func:`export_html` does to a copy of the executed notebook (the ``.ipynb``
   progress lines are dropped from the outputs;
 - long text outputs (the summary JSON that ``record_summary`` prints, reprs) and long tables are folded in
   ``<details>`` (``fp8lab run`` then replaces the summary's fold by a link to the ``.summary.json`` beside the
-  page, :func:`fp8lab.htmlslim.link_summary_dump`); an empty table says so; long floats in tables are shown to about 3 significant digits;
-- every visible text goes through the reader's format (:func:`fp8lab.readable.tidy_page`: no NaN/None cells, no
+  page, :func:`fp8lab.report.htmlslim.link_summary_dump`); an empty table says so; long floats in tables are shown to about 3 significant digits;
+- every visible text goes through the reader's format (:func:`fp8lab.report.readable.tidy_page`: no NaN/None cells, no
   scientific notation, no negative zero, no raw exception, no machine path); frames and figures were already
-  rendered by :mod:`fp8lab.readable` in the kernel;
+  rendered by :mod:`fp8lab.report.readable` in the kernel;
 - formulas (``$$...$$``, ``$...$`` in Markdown) become MathML at export time, so nothing loads from a CDN: the
-  template (``fp8lab/templates/fp8lab``) drops require.js, MathJax, mermaid and widget scripts;
+  template (``fp8lab/report/templates/fp8lab``) drops require.js, MathJax, mermaid and widget scripts;
 - the tab title is the notebook's title.
 
 :func:`external_references` lists any ``src``/``href`` that would leave the file (tests assert it is empty).
@@ -29,6 +29,9 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+
+from fp8lab.report.htmlslim import slim
+from fp8lab.report.readable import sig, tidy_page
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 TEMPLATE_NAME = "fp8lab"
@@ -151,10 +154,8 @@ def _strip_progress(text: str) -> str:
 
 
 def _round_table_floats(table_html: str) -> str:
-    from fp8lab.readable import _sig
-
     def fmt(m: re.Match) -> str:
-        return f"{m.group(1)}{_sig(float(m.group(2)))}{m.group(3)}"
+        return f"{m.group(1)}{sig(float(m.group(2)))}{m.group(3)}"
 
     return _FLOAT_TD.sub(fmt, table_html)
 
@@ -313,11 +314,8 @@ def export_html(ipynb: Path, html_path: Path) -> Path:
     refs = external_references(body)
     if refs:
         raise RuntimeError(f"{html_path}: the exported page would load {refs[:3]} from outside the file")
-    from fp8lab.htmlslim import slim
-    from fp8lab.readable import tidy_page
-
-    body = tidy_page(body)  # the reader's format over every visible text (fp8lab.readable)
-    Path(html_path).write_text(slim(body), encoding="utf-8")  # pruned CSS, palette PNGs (fp8lab.htmlslim)
+    body = tidy_page(body)  # the reader's format over every visible text (fp8lab.report.readable)
+    Path(html_path).write_text(slim(body), encoding="utf-8")  # pruned CSS, palette PNGs (fp8lab.report.htmlslim)
     return Path(html_path)
 
 

@@ -175,7 +175,7 @@ def correctness(llm: Any, shape: Any, convs: list[dict[str, Any]]) -> list[dict[
 
 
 def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from fp8lab.decode_worker import _start as start
+    from fp8lab.engine.worker import start_llm as start
 
     return start(spec, log_path, extra)
 
@@ -190,7 +190,7 @@ def _stop(llm: Any) -> None:
 
 
 def _failure(exc: BaseException, log: Path, before: int) -> dict[str, Any]:
-    from fp8lab.engine import classify_failure, root_cause
+    from fp8lab.engine.result import classify_failure, root_cause
 
     text = log.read_text(errors="replace")[before:] if log.exists() else ""
     msg = f"{type(exc).__name__}: {exc}"
@@ -200,8 +200,8 @@ def _failure(exc: BaseException, log: Path, before: int) -> dict[str, Any]:
 
 def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
     """Run every missing cell and the correctness check. Never raises: failures land in ``engines.json``."""
-    from fp8lab import capability, devices
     from fp8lab import prefix as px
+    from fp8lab.engine import capability, devices
 
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # the caller kills the whole tree (engine cores, workers) by process group
@@ -321,8 +321,8 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
 
 
 def entry(log_path: str, env: dict[str, str], spec_d: dict[str, Any], out_dir: str) -> None:
-    """Spawn target: :func:`fp8lab.engine_worker.prepare_worker` (log, environment), then the worker."""
-    from fp8lab.engine_worker import prepare_worker
+    """Spawn target: :func:`fp8lab.engine.worker.prepare_worker` (log, environment), then the worker."""
+    from fp8lab.engine.worker import prepare_worker
 
     prepare_worker(log_path, env)
     worker_main(spec_d, out_dir, log_path)

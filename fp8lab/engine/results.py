@@ -35,9 +35,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fp8lab.engine import Driver, EngineResult, run_engine
+from fp8lab.engine import devices, fp8emu
+from fp8lab.engine.capability import unsupported_result
+from fp8lab.engine.result import EngineResult
+from fp8lab.engine.run import Driver, run_engine
+from fp8lab.metrics import percentiles, throughput
 from fp8lab.paths import REPO_ROOT, STORE_ONLY_ENV, runs_dir, store_only
-from fp8lab.specs import EngineSpec, Phase, Request, spec_hash
+from fp8lab.specs import EngineSpec, Phase, Request, resolve_model, spec_hash
 
 FINAL_STATUSES = ("ok", "oom", "unsupported", "invalid")
 
@@ -62,30 +66,44 @@ def _as_phases(phases: Sequence[Phase] | Sequence[Request]) -> list[Phase]:
 #: engine is configured and started, its environment, the worker that runs :func:`run_cached`'s phases, the FP8
 #: emulation's kernels and formats). Their hash (:func:`engine_code_hash`) is part of every run's cache key, so
 #: after an edit to any of them a normal run measures anew instead of loading a run the old code measured. A study
-#: with a worker of its own (``serving_worker``, ``decode_worker``, ``prefix_worker``) passes it as ``code`` to
+#: with a worker of its own (``serving/worker.py``, ``decode/worker.py``, ``prefix/worker.py``) passes it as ``code`` to
 #: :func:`run_versions`: it is hashed into that study's runs only (``study_code``), so editing one study's worker
 #: re-measures that study and no other. Left out on purpose: the specs and workloads (already in the key as data),
 #: the analysis, plots and reports (they read records, they do not make them). Add a file here when every engine
 #: run starts depending on it.
 ENGINE_CODE_FILES = (
-    "engine.py",
-    "engine_worker.py",
-    "fp8emu.py",
+    "engine/run.py",
+    "engine/worker.py",
+    "engine/fp8emu.py",
     "fp8formats.py",
-    "devices.py",
+    "engine/devices.py",
     "forcing.py",
+    "engine/procs.py",
+    "engine/result.py",
 )
+
+#: The name a file of the run key is hashed under (:func:`engine_code_hash`), for the files that moved into a
+#: package: the name it had when it joined the key, so that where a file lies is not part of what was measured.
+KEY_NAMES = {
+    "engine/run.py": "engine.py",
+    "engine/worker.py": "engine_worker.py",
+    "engine/fp8emu.py": "fp8emu.py",
+    "engine/devices.py": "devices.py",
+    "decode/worker.py": "decode_worker.py",
+    "prefix/worker.py": "prefix_worker.py",
+    "serving/worker.py": "serving_worker.py",
+}
 
 
 def engine_code_hash(files: Sequence[str | Path] | None = None) -> str:
-    """12 hex digits of SHA-256 over ``files`` (default :data:`ENGINE_CODE_FILES`; names relative to the package)
-    (name and content, line endings normalised, so a checkout with CRLF hashes the same); a missing file counts as
+    """12 hex digits of SHA-256 over ``files`` (default :data:`ENGINE_CODE_FILES`; paths relative to the package)
+    (name, :data:`KEY_NAMES` for a moved file, and content, line endings normalised, so a checkout with CRLF hashes the same); a missing file counts as
     missing, not as an error."""
-    pkg = Path(__file__).parent
+    pkg = Path(__file__).parents[1]
     h = hashlib.sha256()
     for f in files if files is not None else ENGINE_CODE_FILES:
         path = pkg / f
-        h.update(Path(f).name.encode() + b"\0")
+        h.update(KEY_NAMES.get(Path(f).as_posix(), Path(f).name).encode() + b"\0")
         try:
             h.update(path.read_bytes().replace(b"\r\n", b"\n"))
         except OSError:
@@ -97,13 +115,11 @@ def engine_code_hash(files: Sequence[str | Path] | None = None) -> str:
 def run_versions(code: Sequence[str] = ()) -> dict[str, str | None]:
     """The part of every run's cache key that says with what it was measured: the installed vLLM and torch
     versions, :func:`engine_code_hash` and, for a study with a worker of its own, the hash of that study's ``code``
-    (``study_code``; files relative to the package, e.g. ``("decode_worker.py",)``). Under :func:`store_only`
+    (``study_code``; files relative to the package, e.g. ``("decode/worker.py",)``). Under :func:`store_only`
     :func:`stored_elsewhere` ignores them (:data:`VERSION_KEYS`), so committed stores re-render on any version."""
-    from fp8lab import devices
-
     out: dict[str, str | None] = {
-        "vllm": devices._version("vllm"),
-        "torch": devices._version("torch"),
+        "vllm": devices.installed_version("vllm"),
+        "torch": devices.installed_version("torch"),
         "engine_code": engine_code_hash(),
     }
     if code:
@@ -117,8 +133,6 @@ def study_descriptor(
     """The cache key of a study that stores its own runs (Studies 06, 07, 08): ``spec`` (its fields as a dict) with
     its model as given (:func:`model_ref`, never where it lies) beside :func:`model_digest` of the model's config and
     weights, the ``protocol``, and :func:`run_versions` with that study's own ``code``."""
-    from fp8lab.specs import resolve_model
-
     path = resolve_model(model)
     digest = model_digest(path, load_format)
     return {
@@ -504,8 +518,6 @@ def run_cached(
         kept = stored_elsewhere(rd, desc, done=_final)  # the same run under another vLLM, torch or engine code
         if kept is not None:
             return load(kept, spec)
-    from fp8lab.capability import unsupported_result
-
     skipped = unsupported_result(spec)  # not run here and not stored: the device lacks the kernel (capability.py)
     if skipped is not None:
         return skipped
@@ -555,8 +567,6 @@ def phase_table(study: str, root: Path | None = None) -> Any:
     import numpy as np
     import pandas as pd
 
-    from fp8lab.metrics import percentiles, throughput
-
     rows = []
     for ej in sorted(((root or runs_dir()) / study).glob("[!.]*/engine.json")):
         meta = json.loads(ej.read_text())  # not load(): the spec's model path may not exist on this machine
@@ -587,3 +597,20 @@ def phase_table(study: str, root: Path | None = None) -> Any:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def run_emulated(
+    spec: Any, phases: Any = (), *, study: str, scale_set: str | None = None, base_model: str | None = None, **kw: Any
+) -> Any:
+    """Run ``spec`` (an FP8 :class:`fp8lab.specs.EngineSpec`) as an emulated-FP8 engine: ``kv_cache_dtype="auto"``
+    on ``base_model`` (default ``spec.model``; a scale set's own folder would make vLLM switch to a native FP8
+    cache, so pass the base model and the set as ``scale_set``), stored apart from native runs in the study
+    folder ``<study>.fp8emu-<format>[-<scale set>]``. Returns the :class:`fp8lab.engine.run.EngineResult` with
+    ``extra['emulated']`` set to the format."""
+    env = fp8emu.env_for(spec.kv_cache_dtype, scale_set)
+    tag = f"{study}.fp8emu-{env[fp8emu.ENV]}" + (f"-{Path(scale_set).name}" if scale_set else "")
+    res = run_cached(
+        spec.replace(kv_cache_dtype="auto", model=base_model or spec.model), phases, study=tag, env=env, **kw
+    )
+    res.extra["emulated"] = env[fp8emu.ENV]
+    return res

@@ -5,7 +5,7 @@ notebook at its own summary file (``$FP8LAB_SUMMARY_PATH``) and merges them into
 so tests and the overall report read numbers, never scraped HTML.
 
 Split along clean lines (issue 16): :mod:`fp8lab.profiles` (profiles and a notebook's resolved parameters) and
-:mod:`fp8lab.report_index` (``index.html``, key numbers, comparing reports) below this module, which keeps recording
+:mod:`fp8lab.report.index` (``index.html``, key numbers, comparing reports) below this module, which keeps recording
 a summary and running notebooks and re-exports every name of both (``report.load_profile``, ``report.write_index``).
 """
 
@@ -21,6 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fp8lab import summary_table
+from fp8lab.engine.devices import provenance
+from fp8lab.engine.procs import share_forkserver
+from fp8lab.keynumbers import fmt_number, fmt_row
 from fp8lab.paths import REPO_ROOT, runs_dir
 from fp8lab.profiles import (
     PROFILES_FILE,
@@ -33,14 +37,15 @@ from fp8lab.profiles import (
     parameters_for,
     resolved_parameters,
 )
-from fp8lab.report_index import (
+from fp8lab.report import htmlexport
+from fp8lab.report.degrade import notebook_for
+from fp8lab.report.htmlslim import link_summary_dump
+from fp8lab.report.index import (
     AUDIT_ROWS_KEY,
     HEADLINE_KEY,
     StudyRowsError,
     audit_html,
     compare_summaries,
-    fmt_number,
-    fmt_row,
     headline_html,
     key_numbers,
     key_numbers_from_rows,
@@ -49,6 +54,7 @@ from fp8lab.report_index import (
     study_rows,
     write_index,
 )
+from fp8lab.summary_table import parquet_path, rows_path
 
 
 def _clean(o: Any) -> Any:
@@ -85,8 +91,6 @@ def record_summary(
     ``show=False`` prints one line naming the file instead of the JSON (a summary that repeats a page's own table,
     as the claims audit's does, would double the page).
     """
-    from fp8lab import summary_table
-
     target = Path(path or os.environ.get("FP8LAB_SUMMARY_PATH") or runs_dir() / "summaries" / "last_summary.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     rows_file = summary_table.rows_path(target)
@@ -126,8 +130,8 @@ def ensure_kernel() -> str:
             "ipykernel_launcher",
             "-f",
             "{connection_file}",
-            # frames and figures in the reader's format (fp8lab.readable), in every notebook this kernel runs
-            "--IPKernelApp.exec_lines=import fp8lab.readable as _fp8lab_readable; _fp8lab_readable.install()",
+            # frames and figures in the reader's format (fp8lab.report.readable), in every notebook this kernel runs
+            "--IPKernelApp.exec_lines=import fp8lab.report.readable as _fp8lab_readable; _fp8lab_readable.install()",
         ],
         "display_name": "fp8lab (this environment)",
         "language": "python",
@@ -139,9 +143,7 @@ def ensure_kernel() -> str:
 
 
 def export_html(ipynb: Path, html_path: Path) -> Path:
-    """The reader's HTML of an executed notebook: verdict first, code hidden, offline (:mod:`fp8lab.htmlexport`)."""
-    from fp8lab import htmlexport
-
+    """The reader's HTML of an executed notebook: verdict first, code hidden, offline (:mod:`fp8lab.report.htmlexport`)."""
     return htmlexport.export_html(ipynb, html_path)
 
 
@@ -170,8 +172,6 @@ def run_notebook(
         out_dir / f".{stem}.running.summary.json",
     )
     # the typed rows record_summary writes beside the summary (fp8lab.summary_table), renamed with it
-    from fp8lab.summary_table import parquet_path, rows_path
-
     rows_moves = [(rows_path(summary_path), rows_path(final_summary))]
     rows_moves.append((parquet_path(rows_moves[0][0]), parquet_path(rows_moves[0][1])))
     for f in (out_nb, out_html, summary_path, *(src for src, _ in rows_moves)):
@@ -179,7 +179,7 @@ def run_notebook(
     entry: dict[str, Any] = {"notebook": stem, "parameters": params, "status": "ok", "error": None}
     # the kernel inherits these: where to record the summary, and the report folder the notebook writes into
     # (the claims audit reads its sibling studies' summaries there)
-    # and where each engine run it loads or runs notes its provenance (fp8lab.results.note_run)
+    # and where each engine run it loads or runs notes its provenance (fp8lab.engine.results.note_run)
     runs_log = out_dir / f".{stem}.runs.jsonl"
     runs_log.unlink(missing_ok=True)
     env = {
@@ -190,11 +190,7 @@ def run_notebook(
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     t0 = time.perf_counter()
-    from fp8lab.engine import share_forkserver
-
     share_forkserver()  # on a CPU, the kernels of this process's notebooks fork their engine workers from one server
-    from fp8lab.degrade import notebook_for
-
     # a study this device cannot answer (no native FP8 KV kernel) runs reduced: it says what was not measured and why
     notebook = notebook_for(notebook, params, Path(tempfile.mkdtemp(prefix="fp8lab-degraded-")))
     try:
@@ -239,8 +235,6 @@ def run_notebook(
             else:
                 dst.unlink(missing_ok=True)
         if final_html.exists() and final_summary.exists():  # the page links the summary beside it, not a copy
-            from fp8lab.htmlslim import link_summary_dump
-
             page = final_html.read_text(encoding="utf-8")
             linked = link_summary_dump(page, final_summary)
             if linked != page:
@@ -328,8 +322,6 @@ def run_profile(
     (which also lists the notebooks an earlier run of the same profile left there: :func:`previous_entries`)."""
     from tqdm.auto import tqdm
 
-    from fp8lab.devices import provenance
-
     profile = load_profile(profile_name)
     paths = list_notebooks(notebooks or profile.get("run"))  # a profile's `run:` list: its notebooks by default
     check_overrides(paths, overrides)
@@ -379,7 +371,7 @@ def _write_summary(
 
 
 #: Every public name of this module and of the two split out of it (:mod:`fp8lab.profiles`,
-#: :mod:`fp8lab.report_index`): ``report.<name>`` keeps working for each.
+#: :mod:`fp8lab.report.index`): ``report.<name>`` keeps working for each.
 __all__ = [
     "AUDIT_ROWS_KEY",
     "HEADLINE_KEY",

@@ -1,7 +1,7 @@
-"""Slim nbconvert HTML reports: :func:`fp8lab.htmlexport.export_html` applies :func:`slim` to every page it
+"""Slim nbconvert HTML reports: :func:`fp8lab.report.htmlexport.export_html` applies :func:`slim` to every page it
 writes, and committed pages are slimmed in place, without re-running their notebooks, by
 
-    python -m fp8lab.htmlslim FILE.html [FILE.html ...]
+    python -m fp8lab.report.htmlslim FILE.html [FILE.html ...]
 
 - code cells lose their input (the code); a code cell without output goes entirely. Markdown cells and
   every output (tables, text, figures) stay as they are;

@@ -19,16 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fp8lab import studies
 from fp8lab.paths import TINY_MODEL_NAME
+from fp8lab.report.readable import fmt_number
+from fp8lab.summary_table import StudyRowsError, study_rows
 
-DECODE, SERVING, LONGCTX, PREFIX, MEMORY, QUALITY = (
-    "06_decode_speed",
-    "01_kv_dtype_auto_vs_fp8",
-    "04_long_context_ramp_128k",
-    "07_prefix_cache",
-    "00_kv_memory_estimation",
-    "03_quality_token_match",
-)
+
+def _page_of(package: str) -> str:
+    """The notebook stem of the study in ``package`` (the registry's, :mod:`fp8lab.studies`)."""
+    return studies.of_package(package).NAME
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,6 @@ class Decision:
 
 
 def _n(x: float, d: int = 0) -> str:
-    from fp8lab.readable import fmt_number
-
     return fmt_number(x, d)
 
 
@@ -64,8 +61,6 @@ def _signed(x: float, d: int = 1) -> str:
 
 
 def _rows(out_dir: Path, stem: str) -> list[dict[str, Any]]:
-    from fp8lab.report_index import StudyRowsError, study_rows
-
     try:
         return study_rows(out_dir, stem) or []
     except StudyRowsError:
@@ -91,7 +86,7 @@ def _sel(rows: Sequence[Mapping[str, Any]], **f: Any) -> list[Mapping[str, Any]]
 # ----------------------------------------------------------------------------------------------- what it buys
 def capacity(out_dir: Path) -> Item:
     """KV capacity x: the engines' block counts at one KV budget (Study 06, else 01, else 04), else the formula."""
-    for stem in (DECODE, SERVING, LONGCTX):
+    for stem in (_page_of("decode"), _page_of("serving"), _page_of("longctx")):
         rows = _rows(out_dir, stem)
         a = [r for r in _sel(rows, metric="num_blocks", kv_dtype="auto", baseline=None)]
         f = [r for r in _sel(rows, metric="num_blocks", kv_dtype="fp8", baseline=None)]
@@ -104,20 +99,20 @@ def capacity(out_dir: Path) -> Item:
                 f"{a[0]['device']})",
                 _page(out_dir, stem),
             )
-    rows = _rows(out_dir, MEMORY)
+    rows = _rows(out_dir, _page_of("capacity"))
     r = _sel(rows, metric="num_blocks_formula", kv_dtype="fp8", baseline="auto")
     if r:
         return Item(
             "capacity",
             f"{_n(r[0]['value'], 2)}x the KV tokens (the formula, {r[0]['setting']}; no engine measured it here)",
-            _page(out_dir, MEMORY),
+            _page(out_dir, _page_of("capacity")),
         )
     return Item("capacity", "capacity: not measured in this report", None, False)
 
 
 def concurrency(out_dir: Path, context: int = 32768) -> Item:
     """Requests held at once at one stated context (Study 04's engine block counts)."""
-    rows = _rows(out_dir, LONGCTX)
+    rows = _rows(out_dir, _page_of("longctx"))
     a = {
         r["context_len"]: r["value"]
         for r in _sel(rows, metric="max_concurrency", kv_dtype="auto", baseline=None)
@@ -130,7 +125,7 @@ def concurrency(out_dir: Path, context: int = 32768) -> Item:
     }
     both = sorted(set(a) & set(f))
     if not both:  # no engine measured it: the formula of Study 00, said as such
-        rows = _rows(out_dir, MEMORY)
+        rows = _rows(out_dir, _page_of("capacity"))
         fa = _sel(rows, metric="max_concurrency_formula", kv_dtype="auto", baseline=None)
         ff = _sel(rows, metric="max_concurrency_formula", kv_dtype="fp8", baseline=None)
         if fa and ff:
@@ -139,7 +134,7 @@ def concurrency(out_dir: Path, context: int = 32768) -> Item:
                 "concurrency",
                 f"at {_n(ra['context_len'] or 0)} tokens per request on {ra['model']}: {_n(ra['value'])} → "
                 f"{_n(rf['value'])} requests at once (the formula, {ra['setting']}; no engine measured it here)",
-                _page(out_dir, MEMORY),
+                _page(out_dir, _page_of("capacity")),
             )
         return Item("concurrency", "concurrency at a long context: not measured in this report", None, False)
     ctx = context if context in both else both[len(both) // 2]
@@ -148,14 +143,14 @@ def concurrency(out_dir: Path, context: int = 32768) -> Item:
         "concurrency",
         f"at {_n(ctx)} tokens per request: {_n(a[ctx])} → {_n(f[ctx])} requests at once without preemption "
         f"(engine block counts, exact, n = 1 engine per dtype, {dev})",
-        _page(out_dir, LONGCTX),
+        _page(out_dir, _page_of("longctx")),
     )
 
 
 def _ratio_rows(out_dir: Path) -> list[Mapping[str, Any]]:
     return [
         r
-        for r in _sel(_rows(out_dir, DECODE), metric="decode_step_ms", kv_dtype="fp8", baseline="auto")
+        for r in _sel(_rows(out_dir, _page_of("decode")), metric="decode_step_ms", kv_dtype="fp8", baseline="auto")
         if r["ci_low"] is not None
     ]
 
@@ -165,7 +160,7 @@ def decode_step(out_dir: Path) -> Item:
     rows = _ratio_rows(out_dir)
     if not rows:
         return Item("decode step", "decode step change: not measured in this report", None, False)
-    replicated = bool(_summary(out_dir, DECODE).get("replicated"))
+    replicated = bool(_summary(out_dir, _page_of("decode")).get("replicated"))
     unit = " engine pairs" if replicated else ""
     parts = []
     for b in sorted({r["batch"] for r in rows}):
@@ -184,7 +179,7 @@ def decode_step(out_dir: Path) -> Item:
     return Item(
         "decode step",
         f"decode step time, fp8 vs auto (negative: faster; {over}): " + "; ".join(parts),
-        _page(out_dir, DECODE),
+        _page(out_dir, _page_of("decode")),
     )
 
 
@@ -196,7 +191,7 @@ def _primary(s: Mapping[str, Any], items: list[Mapping[str, Any]]) -> list[Mappi
 
 def crossovers(out_dir: Path) -> tuple[Item, dict[int, tuple[float, float, float, str]]]:
     """Where fp8's step becomes the faster one, per batch (Study 06's fits), with its interval clamped at 0."""
-    s = _summary(out_dir, DECODE)
+    s = _summary(out_dir, _page_of("decode"))
     found: dict[int, tuple[float, float, float, str]] = {}
     cross = _primary(s, s.get("crossovers") or [])
     for c in cross:
@@ -228,7 +223,7 @@ def crossovers(out_dir: Path) -> tuple[Item, dict[int, tuple[float, float, float
         Item(
             "crossover",
             f"fp8's step is the faster one past ({s.get('device', 'device not recorded')}): " + "; ".join(parts),
-            _page(out_dir, DECODE),
+            _page(out_dir, _page_of("decode")),
         ),
         found,
     )
@@ -238,7 +233,7 @@ def saturation(out_dir: Path) -> Item:
     """Output throughput at the highest closed-loop concurrency (Study 01, paired trials)."""
     rows = [
         r
-        for r in _sel(_rows(out_dir, SERVING), metric="output_tok_s", kv_dtype="fp8", baseline="auto")
+        for r in _sel(_rows(out_dir, _page_of("serving")), metric="output_tok_s", kv_dtype="fp8", baseline="auto")
         if r["ci_low"] is not None and r.get("concurrency")
     ]
     if not rows:
@@ -248,7 +243,7 @@ def saturation(out_dir: Path) -> Item:
         "throughput at saturation",
         f"output throughput at {r['concurrency']} requests in flight ({r['setting']}): {_signed(r['value'])}% "
         f"[{_signed(r['ci_low'])}, {_signed(r['ci_high'])}], n = {r['n']} paired trials, {r['device']}",
-        _page(out_dir, SERVING),
+        _page(out_dir, _page_of("serving")),
     )
 
 
@@ -256,7 +251,7 @@ def prefix_hits(out_dir: Path) -> Item:
     """The largest prefix-cache hit-rate gain of fp8 (pp) past auto's knee (Study 07), per workload."""
     rows = [
         r
-        for r in _sel(_rows(out_dir, PREFIX), metric="prefix_hit_rate", kv_dtype="fp8", baseline="auto")
+        for r in _sel(_rows(out_dir, _page_of("prefix")), metric="prefix_hit_rate", kv_dtype="fp8", baseline="auto")
         if r["ci_low"] is not None
     ]
     if not rows:
@@ -271,7 +266,7 @@ def prefix_hits(out_dir: Path) -> Item:
     return Item(
         "prefix hits",
         "prefix-cache hit rate past auto's knee, fp8 minus auto (largest gain per workload): " + "; ".join(parts),
-        _page(out_dir, PREFIX),
+        _page(out_dir, _page_of("prefix")),
     )
 
 
@@ -292,7 +287,7 @@ def quality(out_dir: Path) -> Item:
             f"{r['unit']} [{_signed(r['ci_low'], 3)}, {_signed(r['ci_high'], 3)}], n = {r['n']}",
             _page(out_dir, stem),
         )
-    s = _summary(out_dir, QUALITY)
+    s = _summary(out_dir, _page_of("quality"))
     figures = ""
     if s.get("fp8.status") == "ok" and s.get("fp8.delta_ppl_pct_ci_lo") is not None:
         figures = (
@@ -305,17 +300,20 @@ def quality(out_dir: Path) -> Item:
         return Item(
             "quality",
             f"quality through vLLM's FP8 cache on {s['model']} (Study 03, fp8 vs auto): {figures}",
-            _page(out_dir, QUALITY),
+            _page(out_dir, _page_of("quality")),
         )
     tiny = f"; on the shipped tiny model ({s.get('model')}) only: {figures}" if figures else ""
     return Item(
-        "quality", "quality: not yet measured through the cache on a real model" + tiny, _page(out_dir, QUALITY), False
+        "quality",
+        "quality: not yet measured through the cache on a real model" + tiny,
+        _page(out_dir, _page_of("quality")),
+        False,
     )
 
 
 def fixed_cost(out_dir: Path) -> Item:
     """The fixed per-step cost at short context: fp8's intercept minus auto's (Study 06's fits at batch 1)."""
-    s = _summary(out_dir, DECODE)
+    s = _summary(out_dir, _page_of("decode"))
     fits = {(f["kv_dtype"], f["batch"]): f for f in _primary(s, s.get("fits") or [])}
     a, f = fits.get(("auto", 1)), fits.get(("fp8", 1))
     if not (a and f):
@@ -328,7 +326,7 @@ def fixed_cost(out_dir: Path) -> Item:
             f"fixed cost per decode step at batch 1 (the fits' intercepts, fp8 minus auto): {_signed(d, 0)} µs "
             f"[{_signed(lo, 0)}, {_signed(hi, 0)}] on {_n(a['a_ms'], 2)} ms, n = {diff['n_engines']} engine pairs over "
             f"{diff['n_points']} contexts (interval over engines)",
-            _page(out_dir, DECODE),
+            _page(out_dir, _page_of("decode")),
         )
     d = f["a_ms"] - a["a_ms"]
     half = math.hypot(f["a_ms_ci_high"] - f["a_ms"], a["a_ms_ci_high"] - a["a_ms"])
@@ -337,7 +335,7 @@ def fixed_cost(out_dir: Path) -> Item:
         f"fixed cost per decode step at batch 1 (the fits' intercepts): {_signed(d, 3)} ms "
         f"[{_signed(d - half, 3)}, {_signed(d + half, 3)}] on {_n(a['a_ms'], 2)} ms, n = {a['n_points']} contexts "
         "(interval: the two fits' intervals combined as independent)",
-        _page(out_dir, DECODE),
+        _page(out_dir, _page_of("decode")),
     )
 
 
@@ -364,7 +362,7 @@ def decide(out_dir: str | Path) -> Decision:
     if cap.measured:
         on.append(f"you are short of KV memory ({cap.text.split(' (')[0]})")
     keep = []
-    fits = {(f["kv_dtype"], f["batch"]): f for f in _summary(out, DECODE).get("fits") or []}
+    fits = {(f["kv_dtype"], f["batch"]): f for f in _summary(out, _page_of("decode")).get("fits") or []}
     a1, f1 = fits.get(("auto", 1)), fits.get(("fp8", 1))
     resolved = bool(a1 and f1 and (f1["a_ms_ci_low"] > a1["a_ms_ci_high"]))  # fp8's fixed cost above auto's
     if fixed.measured and resolved:
