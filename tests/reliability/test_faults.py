@@ -236,7 +236,7 @@ def test_failed_notebook_rerun_keeps_the_last_good_result(tmp_path):
     assert f"failed: {stem}" in res.stderr and "last good result in that folder is kept" in res.stderr
     for name, data in before.items():
         assert (out / name).read_bytes() == data, name
-    from fp8lab.report import read_index
+    from fp8lab.report.run import read_index
 
     entry = read_index(out)["notebooks"][stem]
     assert entry["status"] == "ok" and entry["summary"] == json.loads(before[f"{stem}.summary.json"])
