@@ -80,10 +80,15 @@ def claim_verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> 
 def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[str]:
     """Headline bullets from a :func:`summary`."""
     out = []
+    reps = (
+        f"{s['engines_per_dtype']} fresh engines per dtype and arm, {s['trials']} trial(s) each"
+        if s.get("replicated")
+        else f"{s['trials']} paired trials"
+    )
     setting = (
         f"{s['model']} on {s['device']} (vLLM {s['vllm_version']}, {_kv_size(s['kv_cache_gib'])} of KV per engine, "
-        f"blocks of {s['block_size']} tokens, {s['max_in_flight']} requests in flight, {s['trials']} paired "
-        f"trials, {s['prompt_source']} prompts)"
+        f"blocks of {s['block_size']} tokens, {s['max_in_flight']} requests in flight, {reps}, "
+        f"{s['prompt_source']} prompts)"
     )
     if s["engine_errors"]:
         out.append(
@@ -99,6 +104,10 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         )
         + "."
     )
+    if s.get("replicated"):
+        from fp8lab.prefix.replication import verdict_lines
+
+        out += verdict_lines(s, base, other)
     for k in s["knees"]:
         meas = (
             "not measured"
@@ -153,8 +162,9 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         )
     if s.get("ttft_min_detectable_pct") is not None:
         out.append(
-            f"The smallest TTFT change these trials detect with 80% power is about {s['ttft_min_detectable_pct']:.1f}% "
-            "(median over the cells, paired t on the log ratios)"
+            f"The smallest TTFT change these {'engine pairs' if s.get('replicated') else 'trials'} detect with 80% "
+            f"power is about {s['ttft_min_detectable_pct']:.1f}% (median over the cells, paired t on the log ratios"
+            + (f", n = {s['engines_per_dtype']} engine pairs)" if s.get("replicated") else ")")
             + (
                 f"; for the hit rate, {s['dhit_min_detectable_pp']:.2f} percentage points where trials differed"
                 if s.get("dhit_min_detectable_pp") is not None
