@@ -104,7 +104,13 @@ def profile_estimate(profile: str, overrides: dict[str, Any] | None = None, gpu:
     params = resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(profile), overrides)
     plan = plan_from_params(params)
     fid = (params["FIDELITY_ROUNDS"], 2) if params["RUN_FIDELITY"] else None
-    return estimate_seconds(plan, engine_start_s=144.0 if gpu else 30.0, step_s=0.02 if gpu else 0.01, fidelity=fid)
+    return estimate_seconds(
+        plan,
+        engine_start_s=144.0 if gpu else 30.0,
+        later_start_s=35.0 if gpu else 30.0,
+        step_s=0.02 if gpu else 0.01,
+        fidelity=fid,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
