@@ -35,11 +35,6 @@ from fp8lab.prefix.tables import cell_table, sweep_table
 MEAN_COLUMNS = ("hit_rate", "ttft_mean_ms", "ttft_followup_ms", "output_tok_s")
 
 
-def primary_arm(arms: tuple[str, ...] | list[str]) -> str:
-    """The arm the headline reports: ``solo`` (what a user deploys) where it ran, else ``colocated``."""
-    return "solo" if "solo" in arms else "colocated"
-
-
 @dataclass
 class ReplicatedRun:
     """A replicated Study 07 run: the spec (``engines``, ``arms``) and one stored sub-run per engine set, in start
@@ -195,65 +190,3 @@ def colocation_table(cells: Any, base: str = "auto", other: str = "fp8") -> Any:
             }
         )
     return pd.DataFrame(rows)
-
-
-def summary_keys(run: ReplicatedRun, cells: Any, sweeps: dict[str, Any], colo: Any) -> dict[str, Any]:
-    """The replication's keys of the summary: the design (``replicated``, ``engines_per_dtype``, ``arms``,
-    ``primary_arm``, ``interval_over``), each arm's engine-level sweep (``sweep_by_arm``) and the co-location effect
-    (``colocation``, ``colocation_resolved_cells`` of ``colocation_cells``)."""
-    from fp8lab.prefix.verdict import _records
-
-    spec = run.spec
-    return {
-        "replicated": True,
-        "engines_per_dtype": spec.engines,
-        "arms": list(spec.arms),
-        "primary_arm": primary_arm(spec.arms),
-        "interval_over": "engine pairs",
-        "engines_started": len(run.starts),
-        "engines_failed": sorted(k for k, e in run.starts.items() if e.get("status") != "ok"),
-        "sweep_by_arm": {a: _records(s) for a, s in sweeps.items()},
-        "colocation": _records(colo),
-        "colocation_cells": len(colo),
-        "colocation_resolved_cells": int(colo.resolved.sum()) if len(colo) else 0,
-    }
-
-
-def verdict_lines(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[str]:
-    """The replication's bullets: n and the level every interval is over, and whether co-location matters."""
-    arms = " and ".join(s["arms"])
-    out = [
-        f"Engine-level replication: {s['engines_per_dtype']} fresh engines per dtype and arm ({arms}), started in "
-        f"ABBA order; every interval is a t interval over n = {s['engines_per_dtype']} engine pairs (each engine's "
-        f"{s['trials']} trial(s) averaged first), not over trials inside one engine. The headline is the "
-        f"{s['primary_arm']} arm's"
-        + (
-            " (one engine at a time at vLLM's default memory setting, what a user deploys)."
-            if s["primary_arm"] == "solo"
-            else "."
-        )
-    ]
-    if s.get("engines_failed"):
-        out.append(f"Engines that failed: {', '.join(s['engines_failed'])} (the others' pairs carry the intervals).")
-    colo = s.get("colocation") or []
-    if colo:
-        eff = [r for r in colo if r.get("effect_ratio_ci_low") is not None]
-        spread = (
-            f" (co-located/solo ratio of the {other}/{base} TTFT ratios from {min(r['effect_ratio'] for r in eff):.3f} "
-            f"to {max(r['effect_ratio'] for r in eff):.3f} over the cells)"
-            if eff
-            else ""
-        )
-        out.append(
-            f"Co-location: the {other}/{base} TTFT ratio differs between co-located and solo engines beyond its "
-            f"interval (n = {colo[0]['n_rounds']} rounds) in {s['colocation_resolved_cells']} of "
-            f"{s['colocation_cells']} cells{spread}"
-            + (
-                "; co-location matters here, so the solo arm is the one to read."
-                if s["colocation_resolved_cells"]
-                else "; no cell shows that co-location changes fp8's TTFT cost at this n."
-            )
-        )
-    elif "solo" in s["arms"] and "colocated" in s["arms"]:
-        out.append("Co-location: not compared (no round has both arms measured).")
-    return out

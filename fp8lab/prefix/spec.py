@@ -242,6 +242,11 @@ class PrefixSpec:
         """The engine sets in the order they start (:func:`fp8lab.engine_schedule.abba_schedule`)."""
         return abba_schedule(self.kv_dtypes, self.engines, self.arms, colocate=self.concurrent_engines)
 
+    @property
+    def headline_arm(self) -> str:
+        """The arm the headline reports: ``solo`` (what a user deploys) where it runs, else ``colocated``."""
+        return "solo" if "solo" in self.arms else "colocated"
+
     def set_spec(self, es: EngineSet) -> PrefixSpec:
         """The spec of one engine set's sub-run: its dtypes in start order (the worker alternates from there), one
         engine each, the arm's memory setting, and ``engine_set`` naming it (its own run in the store)."""

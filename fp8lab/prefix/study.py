@@ -84,7 +84,7 @@ class Results:
         if self.spec.replicated:  # issue 35: one row per engine and cell; intervals over engine pairs
             cells = replication.engine_cells(self.run.rows)
             sweeps = {a: replication.engine_sweep(cells, a, predicted, self.base, self.other) for a in self.spec.arms}
-            sweep = sweeps[replication.primary_arm(self.spec.arms)]
+            sweep = sweeps[self.spec.headline_arm]
             extra = {"sweep_by_arm": sweeps, "colocation": replication.colocation_table(cells, self.base, self.other)}
             engines = pd.DataFrame(
                 [{"engine": k, **{c: e.get(c) for c in ENGINE_COLUMNS}} for k, e in self.run.starts.items()]

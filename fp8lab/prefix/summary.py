@@ -29,8 +29,8 @@ def summary(run: PrefixRun | Any, base: str = "auto", other: str = "fp8") -> dic
 
         cells = replication.engine_cells(run.rows)
         sweeps = {a: replication.engine_sweep(cells, a, pred, base, other) for a in spec.arms}
-        sweep = sweeps[replication.primary_arm(spec.arms)]
-        rep = replication.summary_keys(run, cells, sweeps, replication.colocation_table(cells, base, other))
+        sweep = sweeps[spec.headline_arm]
+        rep = replication_keys(run, cells, sweeps, replication.colocation_table(cells, base, other))
     else:
         cells = cell_table(run.rows)
         sweep = sweep_table(cells, pred, base, other)
@@ -156,7 +156,7 @@ def summary_rows(
             from fp8lab.prefix import replication
 
             sweep = replication.engine_sweep(
-                replication.engine_cells(run.rows), replication.primary_arm(spec.arms), plan(spec), base, other
+                replication.engine_cells(run.rows), spec.headline_arm, plan(spec), base, other
             )
         else:
             sweep = sweep_table(cell_table(run.rows), plan(spec), base, other)
@@ -217,3 +217,23 @@ def summary_rows(
         add(computed, k.get("knee_simulated"), metric="prefix_knee_predicted", n=1, **at)
         add(measured, k.get("measured_last_held"), metric="prefix_knee_measured", n=n_units, **at)
     return rows
+
+
+def replication_keys(run: Any, cells: Any, sweeps: dict[str, Any], colo: Any) -> dict[str, Any]:
+    """The replication's keys of the summary: the design (``replicated``, ``engines_per_dtype``, ``arms``,
+    ``primary_arm``, ``interval_over``), each arm's engine-level sweep (``sweep_by_arm``) and the co-location effect
+    (``colocation``, ``colocation_resolved_cells`` of ``colocation_cells``)."""
+    spec = run.spec
+    return {
+        "replicated": True,
+        "engines_per_dtype": spec.engines,
+        "arms": list(spec.arms),
+        "primary_arm": spec.headline_arm,
+        "interval_over": "engine pairs",
+        "engines_started": len(run.starts),
+        "engines_failed": sorted(k for k, e in run.starts.items() if e.get("status") != "ok"),
+        "sweep_by_arm": {a: _records(s) for a, s in sweeps.items()},
+        "colocation": _records(colo),
+        "colocation_cells": len(colo),
+        "colocation_resolved_cells": int(colo.resolved.sum()) if len(colo) else 0,
+    }

@@ -105,8 +105,6 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         + "."
     )
     if s.get("replicated"):
-        from fp8lab.prefix.replication import verdict_lines
-
         out += verdict_lines(s, base, other)
     for k in s["knees"]:
         meas = (
@@ -202,4 +200,44 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         )
         + "."
     )
+    return out
+
+
+def verdict_lines(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[str]:
+    """The replication's bullets: n and the level every interval is over, and whether co-location matters."""
+    arms = " and ".join(s["arms"])
+    out = [
+        f"Engine-level replication: {s['engines_per_dtype']} fresh engines per dtype and arm ({arms}), started in "
+        f"ABBA order; every interval is a t interval over n = {s['engines_per_dtype']} engine pairs (each engine's "
+        f"{s['trials']} trial(s) averaged first), not over trials inside one engine. The headline is the "
+        f"{s['primary_arm']} arm's"
+        + (
+            " (one engine at a time at vLLM's default memory setting, what a user deploys)."
+            if s["primary_arm"] == "solo"
+            else "."
+        )
+    ]
+    if s.get("engines_failed"):
+        out.append(f"Engines that failed: {', '.join(s['engines_failed'])} (the others' pairs carry the intervals).")
+    colo = s.get("colocation") or []
+    if colo:
+        eff = [r for r in colo if r.get("effect_ratio_ci_low") is not None]
+        spread = (
+            f" (co-located/solo ratio of the {other}/{base} TTFT ratios from {min(r['effect_ratio'] for r in eff):.3f} "
+            f"to {max(r['effect_ratio'] for r in eff):.3f} over the cells)"
+            if eff
+            else ""
+        )
+        out.append(
+            f"Co-location: the {other}/{base} TTFT ratio differs between co-located and solo engines beyond its "
+            f"interval (n = {colo[0]['n_rounds']} rounds) in {s['colocation_resolved_cells']} of "
+            f"{s['colocation_cells']} cells{spread}"
+            + (
+                "; co-location matters here, so the solo arm is the one to read."
+                if s["colocation_resolved_cells"]
+                else "; no cell shows that co-location changes fp8's TTFT cost at this n."
+            )
+        )
+    elif "solo" in s["arms"] and "colocated" in s["arms"]:
+        out.append("Co-location: not compared (no round has both arms measured).")
     return out

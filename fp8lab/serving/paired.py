@@ -299,3 +299,34 @@ def _run_paired(
                 (rd / "worker.log.tail").write_text(log.read_text(errors="replace")[-4000:])
         shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def run_sets(
+    plan: ServingPlan,
+    study: str,
+    conc: tuple[int, ...],
+    cap_pred: dict[str, int],
+    progress: bool,
+    engine_factory: Callable[..., Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every engine set of ``plan.schedule()`` in start order, each :func:`~fp8lab.serving.paired._run_paired` on
+    that set (fresh engine processes; stored sets are loaded). Each run dict gains ``arm``, ``round``, ``engine``
+    (``<arm>/r<round>/<dtype>``) and ``engine_trial`` (its trial within the engine); ``trial`` becomes
+    ``round x trials + engine_trial``, unique within an arm, the same for a round's two dtypes (so the trial-level
+    tables pair them)."""
+    runs: list[dict[str, Any]] = []
+    for es in plan.schedule():
+        if progress:
+            print(f"engine set {es.key}: {', '.join(es.configs)}", flush=True)
+        part = _run_paired(plan, study, conc, cap_pred, progress, engine_factory, engine_set=es)
+        for r in part:
+            t = int(r["trial"])
+            r.update(
+                arm=es.arm,
+                round=es.round,
+                engine=es.engine_id(r["kv_dtype"]),
+                engine_trial=t,
+                trial=es.round * plan.trials + t,
+            )
+        runs += part
+    return runs

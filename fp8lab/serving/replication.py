@@ -22,7 +22,7 @@ interval over rounds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,44 +33,6 @@ from fp8lab.serving.deltas import DELTA_COLUMNS, Metric, _metric_samples, _per_t
 
 #: The columns :func:`engine_delta_table` adds to :data:`~fp8lab.serving.deltas.DELTA_COLUMNS`.
 ENGINE_DELTA_COLUMNS = ["arm", "n_engines", "trials_per_engine", "trial_level_half_width_pct"]
-
-
-def primary_arm(arms: Sequence[str]) -> str:
-    """The arm the headline reports: ``solo`` (what a user deploys) where it ran, else ``colocated``."""
-    return "solo" if "solo" in arms else "colocated"
-
-
-def run_sets(
-    plan: Any,
-    study: str,
-    conc: tuple[int, ...],
-    cap_pred: dict[str, int],
-    progress: bool,
-    engine_factory: Callable[..., Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Every engine set of ``plan.schedule()`` in start order, each :func:`~fp8lab.serving.paired._run_paired` on
-    that set (fresh engine processes; stored sets are loaded). Each run dict gains ``arm``, ``round``, ``engine``
-    (``<arm>/r<round>/<dtype>``) and ``engine_trial`` (its trial within the engine); ``trial`` becomes
-    ``round x trials + engine_trial``, unique within an arm, the same for a round's two dtypes (so the trial-level
-    tables pair them)."""
-    from fp8lab.serving.paired import _run_paired
-
-    runs: list[dict[str, Any]] = []
-    for es in plan.schedule():
-        if progress:
-            print(f"engine set {es.key}: {', '.join(es.configs)}", flush=True)
-        part = _run_paired(plan, study, conc, cap_pred, progress, engine_factory, engine_set=es)
-        for r in part:
-            t = int(r["trial"])
-            r.update(
-                arm=es.arm,
-                round=es.round,
-                engine=es.engine_id(r["kv_dtype"]),
-                engine_trial=t,
-                trial=es.round * plan.trials + t,
-            )
-        runs += part
-    return runs
 
 
 def engine_values(res: Any, metric_list: Sequence[Metric] | None = None) -> pd.DataFrame:
@@ -200,7 +162,7 @@ def summary_keys(res: Any, by_arm: dict[str, pd.DataFrame], colo: pd.DataFrame) 
         "replicated": True,
         "engines_per_dtype": plan.engines,
         "arms": list(plan.arms),
-        "primary_arm": primary_arm(plan.arms),
+        "primary_arm": plan.headline_arm,
         "interval_over": "engine pairs",
         "trials_per_engine": plan.trials,
         "deltas_by_arm": {a: rec(d) for a, d in by_arm.items()},

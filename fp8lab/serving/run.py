@@ -94,7 +94,7 @@ def run_study(
             flush=True,
         )
     if plan.replicated:  # issue 35: fresh engines per dtype in ABBA order, per arm; the headline arm's result
-        from fp8lab.serving.replication import primary_arm, run_sets
+        from fp8lab.serving.paired import run_sets
 
         runs = run_sets(plan, study, conc, cap_pred, progress, engine_factory)
         arms: dict[str, ServingResult] = {}
@@ -104,7 +104,7 @@ def run_study(
                 attribute_shared_memory([r for r in mine if r["round"] == rnd])
             arms[arm] = ServingResult(plan=plan, runs=mine, concurrency=conc, blocks=blocks)
             _collect(arms[arm])
-        out = arms[primary_arm(plan.arms)]
+        out = arms[plan.headline_arm]
         out.arm_results = arms
         out.wall_s = time.perf_counter() - t0
         return out

@@ -198,6 +198,11 @@ class ServingPlan:
         """The engine sets in the order they start (:func:`fp8lab.engine_schedule.abba_schedule`)."""
         return abba_schedule(self.kv_dtypes, self.engines, self.arms)
 
+    @property
+    def headline_arm(self) -> str:
+        """The arm the headline reports: ``solo`` (what a user deploys) where it runs, else ``colocated``."""
+        return "solo" if "solo" in self.arms else "colocated"
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain values; without the replication's fields for one engine per dtype (the design
         before issue 35: its run keys as they were)."""

@@ -82,7 +82,7 @@ class Results:
         if res.plan.replicated:  # issue 35: every interval over engine pairs; the trial-level table kept beside it
             from fp8lab.serving import replication
 
-            arms = res.arm_results or {replication.primary_arm(res.plan.arms): res}
+            arms = res.arm_results or {res.plan.headline_arm: res}
             by_arm = {
                 a: replication.engine_delta_table(r, a, trial_deltas=delta_table(r) if r is not res else deltas)
                 for a, r in arms.items()
@@ -95,7 +95,7 @@ class Results:
                 ),
                 "colocation": replication.colocation_table(by_arm),
             }
-            deltas = by_arm[replication.primary_arm(res.plan.arms)]
+            deltas = by_arm[res.plan.headline_arm]
         return {
             "engines": engine_table(res),
             "capacity": capacity_table(res),
