@@ -1,6 +1,6 @@
 """Study 06: where does FP8 KV make decode faster? Decode step time by context length and batch.
 
-Engine-level replication (issue 35; :mod:`fp8lab.decode.schedule`): every KV dtype is started ``engines`` times,
+Engine-level replication (issue 35; :mod:`fp8lab.engine.schedule`): every KV dtype is started ``engines`` times,
 fresh, in ABBA order, in two arms: ``colocated`` (a round's auto and fp8 engines alive together, today's layout)
 and ``solo`` (one engine at a time at vLLM's default memory settings, as a user runs it). CUDA graphs on unless
 ``enforce_eager``, prefix caching off. Every engine measures every grid point (batch ``B``, context ``L``) ``reps``

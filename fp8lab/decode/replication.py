@@ -1,7 +1,7 @@
 """Study 06's statistics with the engine as the experimental unit (issue 35): per-point ratios, fitted lines, the
 crossover and the co-location effect, each with an interval over fresh engines (pure functions of measured rows).
 
-The design (:mod:`fp8lab.decode.schedule`): every KV dtype is started ``R`` times (rounds), in ABBA order; round
+The design (:mod:`fp8lab.engine.schedule`): every KV dtype is started ``R`` times (rounds), in ABBA order; round
 ``k``'s auto and fp8 engines are a pair, adjacent in time; each engine measures every point ``reps`` times. The
 rows (one per measurement) carry ``arm``, ``round``, ``kv_dtype``, ``batch``, ``context_len``, ``rep``,
 ``step_ms``.

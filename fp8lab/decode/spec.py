@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fp8lab import kvmath
-from fp8lab.decode.schedule import ARMS, EngineSet, abba_schedule
+from fp8lab.engine.schedule import ARMS, EngineSet, abba_schedule
 from fp8lab.specs import (
     BLOCK_SIZES,
     EngineSpec,
@@ -53,7 +53,7 @@ class DecodeSpec:
     lists, one worker each, the grid's batches shared among them (``None``: one worker, devices as visible);
     ``engine_args``: further ``vllm.LLM`` keyword arguments, as given (e.g. ``disable_custom_all_reduce``).
 
-    Engine-level replication (issue 35; :mod:`fp8lab.decode.schedule`): ``engines``: fresh engines per dtype and
+    Engine-level replication (issue 35; :mod:`fp8lab.engine.schedule`): ``engines``: fresh engines per dtype and
     arm (rounds, started in ABBA order; 1: one engine per dtype, its repetitions the only replication, the design
     before issue 35); ``arms``: ``colocated`` (a round's engines alive together with the memory settings above, or
     one after the other with ``concurrent_engines`` off) and/or ``solo`` (one engine at a time with
@@ -153,7 +153,7 @@ class DecodeSpec:
         return self.engines > 1 or self.arms != ("colocated",)
 
     def schedule(self) -> list[EngineSet]:
-        """The engines in the order they start (:func:`fp8lab.decode.schedule.abba_schedule`)."""
+        """The engines in the order they start (:func:`fp8lab.engine.schedule.abba_schedule`)."""
         return abba_schedule(self.kv_dtypes, self.engines, self.arms, colocate=self.concurrent_engines)
 
     def engine_spec(self, kv_dtype: str, arm: str = "colocated") -> EngineSpec:

@@ -1,7 +1,7 @@
 """Inside the decode study's spawned worker: start the engine sets of the plan, time decode steps, append rows.
 
 Only :mod:`fp8lab.decode` starts this, in a fresh ``spawn`` process whose stdout/stderr go to the run's
-worker log. The plan lists engine sets in start order (:mod:`fp8lab.decode.schedule`: fresh engines per dtype,
+worker log. The plan lists engine sets in start order (:mod:`fp8lab.engine.schedule`: fresh engines per dtype,
 ABBA, a co-located arm and a one-engine-at-a-time arm); the engines of a set are alive at once and the dtypes
 alternate within each repetition (AB, BA, AB, ...), so drift in the machine hits both alike. Every row names its
 engine (``arm``, ``round``, ``engine``, ``engine_uid``: the analysis averages within an engine first).
@@ -109,7 +109,7 @@ def _set_estimate(took: dict[int, float], n: int) -> float | None:
 
 def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir: str, log_path: str) -> None:
     """Run the plan's engine sets (``plan["sets"]``: ``{arm, round, configs}`` in start order, every config's engine
-    alive together; :mod:`fp8lab.decode.schedule`), each engine measuring every point ``reps`` times; ``specs``:
+    alive together; :mod:`fp8lab.engine.schedule`), each engine measuring every point ``reps`` times; ``specs``:
     ``{arm: {kv_dtype: engine spec}}``. Never raises: failures land in ``engines.json``.
 
     Before a set starts, the time the last set of as many engines took is checked against ``FP8LAB_DEADLINE``: a

@@ -38,6 +38,7 @@ arithmetic of ``predict``, never ``run``):
 - :mod:`~fp8lab.prefix.predict`: the prediction (:class:`BlockPool`, :func:`simulate`, knees, :func:`plan`).
 - :mod:`~fp8lab.prefix.run`: :func:`run_prefix` (the worker, :mod:`fp8lab.prefix.worker`) -> :class:`PrefixRun`;
   :func:`load`.
+- :mod:`~fp8lab.prefix.replication`: fresh engines per dtype (issue 35): per-engine cells, intervals over engines.
 - :mod:`~fp8lab.prefix.tables`: the tables from a run's rows (cells, sweep, knees, correctness).
 - :mod:`~fp8lab.prefix.summary`: :func:`summary`, :func:`summary_rows` (the typed rows);
   :mod:`~fp8lab.prefix.verdict`: :data:`CLAIM`,

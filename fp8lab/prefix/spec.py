@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fp8lab import kvmath
+from fp8lab.engine.schedule import ARMS, EngineSet, abba_schedule
 from fp8lab.prefix.predict import conversation_blocks
 from fp8lab.specs import (
     BLOCK_SIZES,
@@ -98,6 +99,15 @@ class PrefixSpec:
     prediction needs it); ``correctness_prompts``: conversations checked hit vs cold per dtype (0: none);
     ``hold_tolerance``: a cell "holds" while its measured hit rate is within this many percentage points of the
     unbounded-cache prediction.
+
+    Engine-level replication (issue 35; :mod:`fp8lab.engine.schedule`, as Study 06): ``engines``: fresh engines per
+    dtype and arm (rounds, started in ABBA order; 1: one engine per dtype serving every trial, the design before issue
+    35); ``arms``: ``colocated`` (a round's engines alive together, ``gpu_memory_utilization`` each) and/or ``solo``
+    (one engine at a time at ``solo_gpu_memory_utilization``, vLLM's default 0.9). Both arms keep ``kv_cache_gib``:
+    the KV budget is the variable this study sweeps against, so an arm differs only in what shares the device. With
+    ``engines`` of 2 or more, ``trials`` (per engine) may be 1: the engines carry the interval. ``engine_set``: the
+    one engine set (:attr:`fp8lab.engine.schedule.EngineSet.key`) a replicated run's sub-run measures (set by
+    :mod:`fp8lab.prefix.replication`, never by a notebook).
     """
 
     model: str
@@ -129,6 +139,10 @@ class PrefixSpec:
     timeout_s: float = 3600.0
     env: dict[str, str] = field(default_factory=dict)
     engine_args: dict[str, Any] = field(default_factory=dict)
+    engines: int = 1
+    arms: tuple[str, ...] = ("colocated",)
+    solo_gpu_memory_utilization: float = 0.9
+    engine_set: str | None = None
 
     def __post_init__(self) -> None:
         obj = "PrefixSpec"
@@ -154,7 +168,19 @@ class PrefixSpec:
             raise SpecError(obj, "active", self.active, "distinct values")
         object.__setattr__(self, "active", tuple(sorted(int(n) for n in self.active)))
         check_int(obj, "max_in_flight", self.max_in_flight, 1, 65536)
-        check_int(obj, "trials", self.trials, 2, 1000)
+        check_int(obj, "engines", self.engines, 1, 100)
+        if (
+            not isinstance(self.arms, (list, tuple))
+            or not self.arms
+            or any(a not in ARMS for a in self.arms)
+            or len(set(self.arms)) != len(self.arms)
+        ):
+            raise SpecError(obj, "arms", self.arms, f"a non-empty list of distinct values of {list(ARMS)}")
+        object.__setattr__(self, "arms", tuple(self.arms))
+        check_float(obj, "solo_gpu_memory_utilization", self.solo_gpu_memory_utilization, 0.0, 1.0, lo_open=True)
+        if self.engine_set is not None and not isinstance(self.engine_set, str):
+            raise SpecError(obj, "engine_set", self.engine_set, "None or an engine set's key, e.g. 'solo/r0/auto'")
+        check_int(obj, "trials", self.trials, 1 if self.engines >= 2 or self.engine_set else 2, 1000)
         check_float(obj, "kv_cache_gib", self.kv_cache_gib, 0.0, 4096.0, lo_open=True)
         check_choice(obj, "prompt_source", self.prompt_source, PromptSource)
         check_int(obj, "correctness_prompts", self.correctness_prompts, 0, 1000)
@@ -207,6 +233,35 @@ class PrefixSpec:
                 )
 
     # ---- derived
+    @property
+    def replicated(self) -> bool:
+        """The issue-35 design (more than one engine per dtype, or a solo arm), as opposed to one engine per dtype."""
+        return self.engines > 1 or self.arms != ("colocated",)
+
+    def schedule(self) -> list[EngineSet]:
+        """The engine sets in the order they start (:func:`fp8lab.engine.schedule.abba_schedule`)."""
+        return abba_schedule(self.kv_dtypes, self.engines, self.arms, colocate=self.concurrent_engines)
+
+    @property
+    def headline_arm(self) -> str:
+        """The arm the headline reports: ``solo`` (what a user deploys) where it runs, else ``colocated``."""
+        return "solo" if "solo" in self.arms else "colocated"
+
+    def set_spec(self, es: EngineSet) -> PrefixSpec:
+        """The spec of one engine set's sub-run: its dtypes in start order (the worker alternates from there), one
+        engine each, the arm's memory setting, and ``engine_set`` naming it (its own run in the store)."""
+        return dataclasses.replace(
+            self,
+            kv_dtypes=es.configs,
+            engines=1,
+            arms=("colocated",),
+            engine_set=es.key,
+            concurrent_engines=True,
+            gpu_memory_utilization=self.solo_gpu_memory_utilization
+            if es.arm == "solo"
+            else self.gpu_memory_utilization,
+        )
+
     def effective_block_size(self) -> int:
         """The block size the engines will use: as given, else vLLM's platform default (16 with an NVIDIA GPU,
         found through NVML without touching CUDA; 128 on CPU). The engines report theirs: the summary compares."""
@@ -273,4 +328,9 @@ class PrefixSpec:
 
         d = dataclasses.asdict(self)
         d.pop("timeout_s")
+        if not self.replicated:  # the design before issue 35 (and one engine set's sub-run): its descriptor as it was
+            for k in ("engines", "arms", "solo_gpu_memory_utilization"):
+                d.pop(k)
+        if self.engine_set is None:
+            d.pop("engine_set")
         return study_descriptor(STUDY, PROTOCOL, d, self.model, self.load_format, ("prefix/worker.py",))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8lab.prefix import replication
 from fp8lab.prefix.keynumbers import key_numbers  # noqa: F401  (the contract's: the index's numbers of this study)
 from fp8lab.prefix.predict import plan
 from fp8lab.prefix.run import PrefixRun, run_prefix
@@ -80,18 +81,29 @@ class Results:
         import pandas as pd
 
         predicted = plan(self.spec)
-        cells = cell_table(self.run.rows)
-        sweep = sweep_table(cells, predicted, self.base, self.other)
-        engines = pd.DataFrame(
-            [{"kv_dtype": d, **{k: e.get(k) for k in ENGINE_COLUMNS}} for d, e in self.run.engines.items()]
-        )
+        extra: dict[str, Any] = {}
+        if self.spec.replicated:  # issue 35: one row per engine and cell; intervals over engine pairs
+            cells = replication.engine_cells(self.run.rows)
+            sweeps = {a: replication.engine_sweep(cells, a, predicted, self.base, self.other) for a in self.spec.arms}
+            sweep = sweeps[self.spec.headline_arm]
+            extra = {"sweep_by_arm": sweeps, "colocation": replication.colocation_table(cells, self.base, self.other)}
+            engines = pd.DataFrame(
+                [{"engine": k, **{c: e.get(c) for c in ENGINE_COLUMNS}} for k, e in self.run.starts.items()]
+            )
+        else:
+            cells = cell_table(self.run.rows)
+            sweep = sweep_table(cells, predicted, self.base, self.other)
+            engines = pd.DataFrame(
+                [{"kv_dtype": d, **{k: e.get(k) for k in ENGINE_COLUMNS}} for d, e in self.run.engines.items()]
+            )
         return {
             "predicted": predicted,
             "cells": cells,
             "sweep": sweep,
-            "knees": knee_table(self.run, sweep),
+            "knees": knee_table(self.spec, sweep),
             "correctness": correctness_table(self.run.correctness),
             "engines": engines,
+            **extra,
         }
 
     @functools.cached_property
@@ -101,7 +113,10 @@ class Results:
     def tables(self) -> dict[str, Any]:
         """``predicted`` (the replay, :func:`~fp8lab.prefix.predict.plan`), ``cells`` (per workload, N, trial and
         dtype), ``sweep`` (per workload and N: both dtypes, the paired differences), ``knees``, ``correctness``
-        (hit vs cold) and ``engines`` (one row per KV dtype: status, error, blocks, backend, start time)."""
+        (hit vs cold) and ``engines`` (one row per KV dtype: status, error, blocks, backend, start time). A replicated
+        run (issue 35): ``cells`` one row per engine and cell (its trials averaged), ``sweep`` the headline arm's
+        with intervals over engine pairs, ``sweep_by_arm``, ``colocation`` (:func:`~fp8lab.prefix.replication.
+        colocation_table`) and ``engines`` one row per engine started."""
         return dict(self._tables)
 
     def summary(self) -> dict[str, Any]:
@@ -134,7 +149,9 @@ class Results:
                 claim=CLAIM["text"],
                 verdict=said,  # type: ignore[arg-type]  # a word of the audit's scale
                 sentence=line + (f" {evidence}." if evidence else ""),
-                n=None if word == "not measured" else int(s["trials"]),
+                n=None
+                if word == "not measured"
+                else int(s["engines_per_dtype"] if s.get("replicated") else s["trials"]),
                 detectable=f"{det:.2f} pp of hit rate (detectable at 80% power, median over the cells that varied)"
                 if det is not None
                 else "deterministic replay, no interval"
@@ -151,4 +168,6 @@ class Results:
 def run(spec: PrefixSpec, store: Path | None = None) -> Results:
     """Measure (or load, or resume) ``spec`` in the results store ``store`` (None: ``$FP8LAB_RUNS`` or ``runs/``):
     :func:`~fp8lab.prefix.run.run_prefix`."""
+    if spec.replicated:  # issue 35: fresh engines per dtype in ABBA order, each engine set its own stored sub-run
+        return Results(replication.run_replicated(spec, root=store), spec)  # type: ignore[arg-type]
     return Results(run_prefix(spec, root=store), spec)

@@ -14,7 +14,7 @@ from fp8lab.prefix.tables import cell_table, correctness_table, knee_table, swee
 from fp8lab.prefix.verdict import claim_evidence, claim_verdict, isnan, json_records
 
 
-def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str, Any]:
+def summary(run: PrefixRun | Any, base: str = "auto", other: str = "fp8") -> dict[str, Any]:
     """The study's key numbers (what the notebook records and the audit reads)."""
     import numpy as np
     import pandas as pd
@@ -23,9 +23,18 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
 
     spec = run.spec
     pred = plan(spec)
-    cells = cell_table(run.rows)
-    sweep = sweep_table(cells, pred, base, other)
-    knees = knee_table(run, sweep)
+    rep: dict[str, Any] = {}
+    if getattr(run, "replicated", False):  # issue 35: per-engine means, intervals over engine pairs (headline: solo)
+        from fp8lab.prefix import replication
+
+        cells = replication.engine_cells(run.rows)
+        sweeps = {a: replication.engine_sweep(cells, a, pred, base, other) for a in spec.arms}
+        sweep = sweeps[spec.headline_arm]
+        rep = replication_keys(run, cells, sweeps, replication.colocation_table(cells, base, other))
+    else:
+        cells = cell_table(run.rows)
+        sweep = sweep_table(cells, pred, base, other)
+    knees = knee_table(spec, sweep)
     corr = correctness_table(run.correctness)
     prov = run.provenance
     ok = {d: run.engines.get(d, {}).get("status", "not started") for d in spec.kv_dtypes}
@@ -51,6 +60,7 @@ def summary(run: PrefixRun, base: str = "auto", other: str = "fp8") -> dict[str,
         "correctness": json_records(corr),
         "counter_turns": int(cells.counter_turns.sum()) if len(cells) else 0,
         "counter_turns_complete": int(cells.counter_turns_complete.sum()) if len(cells) else 0,
+        **rep,  # a replicated run's design and engine-level keys (none for one engine per dtype: its summary as it was)
     }
     s["num_blocks_exact"] = bool(s["num_blocks"]) and all(
         s["num_blocks"][d] == s["num_blocks_formula"][d] for d in s["num_blocks"]
@@ -142,9 +152,16 @@ def summary_rows(
 
     spec = run.spec
     if sweep is None or knees is None:
-        cells = cell_table(run.rows)
-        sweep = sweep_table(cells, plan(spec), base, other)
-        knees = knee_table(run, sweep)
+        if getattr(run, "replicated", False):
+            from fp8lab.prefix import replication
+
+            sweep = replication.engine_sweep(
+                replication.engine_cells(run.rows), spec.headline_arm, plan(spec), base, other
+            )
+        else:
+            sweep = sweep_table(cell_table(run.rows), plan(spec), base, other)
+        knees = knee_table(spec, sweep)
+    n_units = spec.engines if getattr(run, "replicated", False) else spec.trials  # what the intervals are over
     model = Path(spec.model).name
     device = run.provenance.get("device")
     setting = f"multi-turn, {spec.max_in_flight} in flight, block {spec.effective_block_size()}"
@@ -167,7 +184,7 @@ def summary_rows(
     for r in json_records(sweep):
         pairs = _finite(r.get("n_pairs"))
         at = {"subset": r["workload"], "concurrency": int(r["n_active"])}
-        n = {"n": int(pairs) if pairs else spec.trials}
+        n = {"n": int(pairs) if pairs else n_units}
         for d in (base, other):
             add(measured, r.get(f"{d}_hit_rate"), metric="prefix_hit_rate", kv_dtype=d, unit="fraction", **at, **n)
             add(measured, r.get(f"{d}_ttft_ms"), metric="ttft_mean", kv_dtype=d, unit="ms", **at, **n)
@@ -198,5 +215,25 @@ def summary_rows(
     for k in json_records(knees):
         at = {"kv_dtype": k["kv_dtype"], "subset": k["workload"], "unit": "conversations"}
         add(computed, k.get("knee_simulated"), metric="prefix_knee_predicted", n=1, **at)
-        add(measured, k.get("measured_last_held"), metric="prefix_knee_measured", n=spec.trials, **at)
+        add(measured, k.get("measured_last_held"), metric="prefix_knee_measured", n=n_units, **at)
     return rows
+
+
+def replication_keys(run: Any, cells: Any, sweeps: dict[str, Any], colo: Any) -> dict[str, Any]:
+    """The replication's keys of the summary: the design (``replicated``, ``engines_per_dtype``, ``arms``,
+    ``primary_arm``, ``interval_over``), each arm's engine-level sweep (``sweep_by_arm``) and the co-location effect
+    (``colocation``, ``colocation_resolved_cells`` of ``colocation_cells``)."""
+    spec = run.spec
+    return {
+        "replicated": True,
+        "engines_per_dtype": spec.engines,
+        "arms": list(spec.arms),
+        "primary_arm": spec.headline_arm,
+        "interval_over": "engine pairs",
+        "engines_started": len(run.starts),
+        "engines_failed": sorted(k for k, e in run.starts.items() if e.get("status") != "ok"),
+        "sweep_by_arm": {a: json_records(s) for a, s in sweeps.items()},
+        "colocation": json_records(colo),
+        "colocation_cells": len(colo),
+        "colocation_resolved_cells": int(colo.resolved.sum()) if len(colo) else 0,
+    }

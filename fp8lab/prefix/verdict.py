@@ -80,10 +80,15 @@ def claim_verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> 
 def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[str]:
     """Headline bullets from a :func:`summary`."""
     out = []
+    reps = (
+        f"{s['engines_per_dtype']} fresh engines per dtype and arm, {s['trials']} trial(s) each"
+        if s.get("replicated")
+        else f"{s['trials']} paired trials"
+    )
     setting = (
         f"{s['model']} on {s['device']} (vLLM {s['vllm_version']}, {_kv_size(s['kv_cache_gib'])} of KV per engine, "
-        f"blocks of {s['block_size']} tokens, {s['max_in_flight']} requests in flight, {s['trials']} paired "
-        f"trials, {s['prompt_source']} prompts)"
+        f"blocks of {s['block_size']} tokens, {s['max_in_flight']} requests in flight, {reps}, "
+        f"{s['prompt_source']} prompts)"
     )
     if s["engine_errors"]:
         out.append(
@@ -99,6 +104,8 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         )
         + "."
     )
+    if s.get("replicated"):
+        out += verdict_lines(s, base, other)
     for k in s["knees"]:
         meas = (
             "not measured"
@@ -153,8 +160,9 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         )
     if s.get("ttft_min_detectable_pct") is not None:
         out.append(
-            f"The smallest TTFT change these trials detect with 80% power is about {s['ttft_min_detectable_pct']:.1f}% "
-            "(median over the cells, paired t on the log ratios)"
+            f"The smallest TTFT change these {'engine pairs' if s.get('replicated') else 'trials'} detect with 80% "
+            f"power is about {s['ttft_min_detectable_pct']:.1f}% (median over the cells, paired t on the log ratios"
+            + (f", n = {s['engines_per_dtype']} engine pairs)" if s.get("replicated") else ")")
             + (
                 f"; for the hit rate, {s['dhit_min_detectable_pp']:.2f} percentage points where trials differed"
                 if s.get("dhit_min_detectable_pp") is not None
@@ -192,4 +200,44 @@ def verdict(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[s
         )
         + "."
     )
+    return out
+
+
+def verdict_lines(s: dict[str, Any], base: str = "auto", other: str = "fp8") -> list[str]:
+    """The replication's bullets: n and the level every interval is over, and whether co-location matters."""
+    arms = " and ".join(s["arms"])
+    out = [
+        f"Engine-level replication: {s['engines_per_dtype']} fresh engines per dtype and arm ({arms}), started in "
+        f"ABBA order; every interval is a t interval over n = {s['engines_per_dtype']} engine pairs (each engine's "
+        f"{s['trials']} trial(s) averaged first), not over trials inside one engine. The headline is the "
+        f"{s['primary_arm']} arm's"
+        + (
+            " (one engine at a time at vLLM's default memory setting, what a user deploys)."
+            if s["primary_arm"] == "solo"
+            else "."
+        )
+    ]
+    if s.get("engines_failed"):
+        out.append(f"Engines that failed: {', '.join(s['engines_failed'])} (the others' pairs carry the intervals).")
+    colo = s.get("colocation") or []
+    if colo:
+        eff = [r for r in colo if r.get("effect_ratio_ci_low") is not None]
+        spread = (
+            f" (co-located/solo ratio of the {other}/{base} TTFT ratios from {min(r['effect_ratio'] for r in eff):.3f} "
+            f"to {max(r['effect_ratio'] for r in eff):.3f} over the cells)"
+            if eff
+            else ""
+        )
+        out.append(
+            f"Co-location: the {other}/{base} TTFT ratio differs between co-located and solo engines beyond its "
+            f"interval (n = {colo[0]['n_rounds']} rounds) in {s['colocation_resolved_cells']} of "
+            f"{s['colocation_cells']} cells{spread}"
+            + (
+                "; co-location matters here, so the solo arm is the one to read."
+                if s["colocation_resolved_cells"]
+                else "; no cell shows that co-location changes fp8's TTFT cost at this n."
+            )
+        )
+    elif "solo" in s["arms"] and "colocated" in s["arms"]:
+        out.append("Co-location: not compared (no round has both arms measured).")
     return out

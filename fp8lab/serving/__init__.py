@@ -35,6 +35,7 @@ the study):
 - :mod:`~fp8lab.serving.run`: :func:`run_study` -> :class:`ServingResult`.
 - :mod:`~fp8lab.serving.tables`: capacity, throughput, latency, open loop, capacity search, roofline.
 - :mod:`~fp8lab.serving.deltas`: the headline metrics and their paired deltas, the noise floor, both methods.
+- :mod:`~fp8lab.serving.replication`: fresh engines per dtype (issue 35): per-engine values, deltas over engine pairs.
 - :mod:`~fp8lab.serving.verdict`: the verdict in prose; :mod:`~fp8lab.serving.summary`: the summary and its rows.
 - :mod:`~fp8lab.serving.fidelity`: fp8lab's offline throughput vs ``vllm bench throughput``.
 - :mod:`~fp8lab.serving.plots`: the notebook's figures (imported on its own: it loads matplotlib).

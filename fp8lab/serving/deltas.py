@@ -64,7 +64,7 @@ def headline_metrics(res: ServingResult) -> list[Metric]:
     return out
 
 
-def _metric_samples(res: ServingResult, m: Metric, kv_dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def metric_samples(res: ServingResult, m: Metric, kv_dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """(values, trial of each value) of one metric and dtype."""
     if m.level == "phase":
         tp = throughput_table(res, kinds=(m.kind,))
@@ -172,11 +172,11 @@ def delta_table(res: ServingResult, metric_list: Sequence[Metric] | None = None,
     a_dt = res.plan.baseline
     rows = []
     for m in metric_list:
-        va, ta = _metric_samples(res, m, a_dt)
+        va, ta = metric_samples(res, m, a_dt)
         pa = per_trial(va, ta, m.statistic)
         scale = 1.0 if m.level == "phase" else 1e3
         for b_dt in res.plan.kv_dtypes[1:]:
-            vb, tb = _metric_samples(res, m, b_dt)
+            vb, tb = metric_samples(res, m, b_dt)
             pb = per_trial(vb, tb, m.statistic)
             row = delta_row(
                 m.name,

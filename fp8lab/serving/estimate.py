@@ -23,6 +23,7 @@ def estimate_seconds(
     fidelity: tuple[int, int] | None = None,
     fidelity_run_s: float = 35.0,
     fidelity_start_s: float = 45.0,
+    later_start_s: float | None = None,
 ) -> pd.DataFrame:
     """A time plan of the paired study before any engine starts: one row per part (``engine starts``,
     ``warm-up``, ``closed loop``, ``open loop``, ``capacity``, ``fidelity``) with ``seconds`` and how it was
@@ -33,7 +34,9 @@ def estimate_seconds(
     closed-loop phase lasts ``phase_seconds`` or its least requests' time, whichever is longer; an open-loop
     phase its schedule plus a wave; a warm-up one wave per ``concurrency`` requests; a capacity phase two waves
     of its output length; ``fidelity = (rounds, runs per round)`` costs ``fidelity_start_s + fidelity_run_s``
-    per run."""
+    per run. A replicated plan (issue 35) runs all of it once per engine set: ``engines x arms`` engines per dtype,
+    the first start ``engine_start_s`` and every later one ``later_start_s`` (the host's compile cache warm: 35 s on
+    GPU, as Study 06's replicated run measured 15-50 s; 30 s on CPU)."""
     conc = tuple(concurrency or planned(plan)[0])
     if engine_start_s is None:
         engine_start_s = 144.0 if on_gpu() else 30.0
@@ -48,16 +51,30 @@ def estimate_seconds(
     if plan.capacity_shape is not None and plan.capacity_trials:
         cap = nd * n_cap * (2 * (plan.capacity_shape[1] * step_s + 2.0) + overhead_s) * plan.capacity_trials
     warm = nd * math.ceil(plan.warmup_requests / max(conc)) * wave if plan.warmup_requests else 0.0
+    sets = plan.engines * len(plan.arms) if plan.replicated else 1  # each engine serves every trial
+    if later_start_s is None:
+        later_start_s = 35.0 if on_gpu() else 30.0
+    starts = (
+        (
+            engine_start_s + (nd * sets - 1) * later_start_s,
+            f"{nd * sets} fresh engines in ABBA order ({plan.engines} "
+            f"per dtype and arm, arms {', '.join(plan.arms)}): {engine_start_s:.0f} s, then {later_start_s:.0f} s each",
+        )
+        if plan.replicated
+        else (nd * engine_start_s, f"{nd} engines x {engine_start_s:.0f} s, alive together")
+    )
+    closed, naive, opened, cap, warm = (x * sets for x in (closed, naive, opened, cap, warm))
+    t_txt = f"{t} trials" + (f" x {sets} engines per dtype" if plan.replicated else "")
     rows = [
-        ("engine starts", nd * engine_start_s, f"{nd} engines x {engine_start_s:.0f} s, alive together"),
+        ("engine starts", *starts),
         ("warm-up", warm, f"{plan.warmup_requests} requests per engine at c={max(conc)}"),
         (
             "closed loop",
             nd * t * (closed + naive),
-            f"{nd} dtypes x {t} trials x {len(conc) + len(plan.naive_concurrency)} phases, streamed ones >= "
+            f"{nd} dtypes x {t_txt} x {len(conc) + len(plan.naive_concurrency)} phases, streamed ones >= "
             f"{plan.phase_seconds:g} s",
         ),
-        ("open loop", nd * t * opened, f"{nd} dtypes x {t} trials x {len(plan.rates) * len(plan.arrivals)} phases"),
+        ("open loop", nd * t * opened, f"{nd} dtypes x {t_txt} x {len(plan.rates) * len(plan.arrivals)} phases"),
         ("capacity", cap, f"{nd} ladders of {n_cap} phases"),
     ]
     if fidelity:
@@ -87,7 +104,13 @@ def profile_estimate(profile: str, overrides: dict[str, Any] | None = None, gpu:
     params = resolved_parameters(NOTEBOOKS_DIR / f"{STUDY}.ipynb", load_profile(profile), overrides)
     plan = plan_from_params(params)
     fid = (params["FIDELITY_ROUNDS"], 2) if params["RUN_FIDELITY"] else None
-    return estimate_seconds(plan, engine_start_s=144.0 if gpu else 30.0, step_s=0.02 if gpu else 0.01, fidelity=fid)
+    return estimate_seconds(
+        plan,
+        engine_start_s=144.0 if gpu else 30.0,
+        later_start_s=35.0 if gpu else 30.0,
+        step_s=0.02 if gpu else 0.01,
+        fidelity=fid,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

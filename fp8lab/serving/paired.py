@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fp8lab.engine.schedule import EngineSet
 from fp8lab.serving.schedule import paired_schedule, phase_payload, plan_phases, trial_order
 from fp8lab.serving.spec import ServingPlan
 from fp8lab.specs import EngineSpec
@@ -108,34 +109,45 @@ def run_paired(
     cap_pred: dict[str, int],
     progress: bool,
     engine_factory: Callable[..., Any] | None = None,
+    engine_set: EngineSet | None = None,
 ) -> list[dict[str, Any]]:
     """The paired design: both engines alive at once, phases interleaved by :func:`paired_schedule`. Each
     finished phase is kept at once (``<runs>/<study>/paired-<hash>/``), so a run cut short resumes with the
     phases it lacks; once every phase is in, each (trial, dtype) is saved as an ordinary run directory of the
     results store (:mod:`fp8lab.engine.results`) and the progress folder is removed. ``engine_factory(spec, log_path)``
     replaces :class:`_EngineProc` (an object with ``start()``, ``run(payload)`` and ``stop()``; tests pass one
-    that answers without vLLM)."""
+    that answers without vLLM). ``engine_set`` (issue 35's replication, :mod:`fp8lab.engine.schedule`): run only
+    that set's engines (its dtypes in start order, the arm's memory setting), its name in the design's key, so every
+    set is a run of its own; None: every dtype, the design before issue 35 (its keys as they were)."""
     from fp8lab.engine import results
     from fp8lab.engine.result import EngineResult
     from fp8lab.paths import runs_dir
     from fp8lab.specs import spec_hash
 
-    phases = plan_phases(plan, conc, cap_pred)
+    dtypes = tuple(engine_set.configs) if engine_set is not None else plan.kv_dtypes
+    arm = engine_set.arm if engine_set is not None else "colocated"
+
+    def spec_for(d: str) -> EngineSpec:
+        return plan.spec_for(d, arm)
+
+    phases = {d: v for d, v in plan_phases(plan, conc, cap_pred).items() if d in dtypes}
     names = {d: {t: [p.name for p in ps] for t, ps in by_t.items()} for d, by_t in phases.items()}
-    sched = paired_schedule(names, plan.kv_dtypes, plan.trials)
+    sched = paired_schedule(names, dtypes, plan.trials)
     design = {
         "design": "paired-interleaved",
         "plan": {**plan.to_dict(), "engine": results.engine_key(plan.engine)},  # no absolute path in a key
         "concurrency": list(conc),
         "capacity_predicted": cap_pred,
     }
+    if engine_set is not None:
+        design["engine_set"] = engine_set.to_dict()
     descs = {
         (t, d): {
-            **results.run_descriptor(plan.spec_for(d), phases[d][t], "async", 0.25, code=WORKER_CODE),
+            **results.run_descriptor(spec_for(d), phases[d][t], "async", 0.25, code=WORKER_CODE),
             "paired": spec_hash(design),
             "trial": t,
         }
-        for d in plan.kv_dtypes
+        for d in dtypes
         for t in range(plan.trials)
     }
     rdirs = {k: results.run_dir_for(study, v) for k, v in descs.items()}
@@ -144,11 +156,11 @@ def run_paired(
         for rd in rdirs.values()
     ):
         out = [
-            {"trial": t, "kv_dtype": d, "order": i, "result": results.load(rdirs[(t, d)], plan.spec_for(d))}
-            for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials))
+            {"trial": t, "kv_dtype": d, "order": i, "result": results.load(rdirs[(t, d)], spec_for(d))}
+            for i, (t, d) in enumerate(trial_order(dtypes, plan.trials))
         ]
         if progress:
-            print(f"paired study: {len(out)} stored trials loaded ({rdirs[(0, plan.baseline)].parent})", flush=True)
+            print(f"paired study: {len(out)} stored trials loaded ({rdirs[(0, dtypes[0])].parent})", flush=True)
         return out
     if results.store_only():  # re-rendering from committed stores: what is stored, and no engine for the rest
         return [
@@ -156,12 +168,12 @@ def run_paired(
                 "trial": t,
                 "kv_dtype": d,
                 "order": i,
-                "result": results.from_store(plan.spec_for(d), rdirs[(t, d)], descs[(t, d)]),
+                "result": results.from_store(spec_for(d), rdirs[(t, d)], descs[(t, d)]),
             }
-            for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials))
+            for i, (t, d) in enumerate(trial_order(dtypes, plan.trials))
         ]
-    for d in plan.kv_dtypes:  # this machine's paths, before any engine starts (a stored spec is not checked)
-        plan.spec_for(d).check_paths()
+    for d in dtypes:  # this machine's paths, before any engine starts (a stored spec is not checked)
+        spec_for(d).check_paths()
     # the phases kept so far resume only under the same vLLM, torch and engine code (their runs' cache key)
     work = runs_dir() / study / f"paired-{spec_hash(design, results.run_versions(WORKER_CODE))}"
     work.mkdir(parents=True, exist_ok=True)
@@ -172,18 +184,18 @@ def run_paired(
 
     todo = [k for k in sched if not ph_path(*k).exists()]
     engines: dict[str, dict[str, Any]] = {}
-    for d in plan.kv_dtypes:
+    for d in dtypes:
         ep = work / f"engine-{d}.json"
         if ep.exists():
             engines[d] = json.loads(ep.read_text())
     procs: dict[str, _EngineProc] = {}
     t_all = time.perf_counter()
     try:
-        for d in plan.kv_dtypes:
+        for d in dtypes:
             if not any(k[2] == d for k in todo):
                 continue
             t = time.perf_counter()
-            p = (engine_factory or _EngineProc)(plan.spec_for(d), work / f"worker-{d}.log")
+            p = (engine_factory or _EngineProc)(spec_for(d), work / f"worker-{d}.log")
             msg = p.start()
             if msg["status"] == "ready":
                 procs[d] = p
@@ -238,7 +250,7 @@ def run_paired(
     import pandas as pd_
 
     out, complete = [], True
-    for i, (t, d) in enumerate(trial_order(plan.kv_dtypes, plan.trials)):
+    for i, (t, d) in enumerate(trial_order(dtypes, plan.trials)):
         eng = engines.get(d, {"status": "error", "error": "engine never started", "engine": {}, "provenance": {}})
         recs, samples, stats, missing = [], [], {}, []
         for name in names[d][t]:
@@ -270,7 +282,7 @@ def run_paired(
             samples=pd_.DataFrame(samples),
             phases=stats,
             provenance=eng.get("provenance") or {},
-            spec=plan.spec_for(d),
+            spec=spec_for(d),
             log_tail="",
             run_dir=rdirs[(t, d)],
         )
@@ -287,3 +299,34 @@ def run_paired(
                 (rd / "worker.log.tail").write_text(log.read_text(errors="replace")[-4000:])
         shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def run_sets(
+    plan: ServingPlan,
+    study: str,
+    conc: tuple[int, ...],
+    cap_pred: dict[str, int],
+    progress: bool,
+    engine_factory: Callable[..., Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every engine set of ``plan.schedule()`` in start order, each :func:`~fp8lab.serving.paired.run_paired` on
+    that set (fresh engine processes; stored sets are loaded). Each run dict gains ``arm``, ``round``, ``engine``
+    (``<arm>/r<round>/<dtype>``) and ``engine_trial`` (its trial within the engine); ``trial`` becomes
+    ``round x trials + engine_trial``, unique within an arm, the same for a round's two dtypes (so the trial-level
+    tables pair them)."""
+    runs: list[dict[str, Any]] = []
+    for es in plan.schedule():
+        if progress:
+            print(f"engine set {es.key}: {', '.join(es.configs)}", flush=True)
+        part = run_paired(plan, study, conc, cap_pred, progress, engine_factory, engine_set=es)
+        for r in part:
+            t = int(r["trial"])
+            r.update(
+                arm=es.arm,
+                round=es.round,
+                engine=es.engine_id(r["kv_dtype"]),
+                engine_trial=t,
+                trial=es.round * plan.trials + t,
+            )
+        runs += part
+    return runs

@@ -36,6 +36,7 @@ class ServingResult:
     engines: pd.DataFrame = field(default_factory=pd.DataFrame)
     samples: pd.DataFrame = field(default_factory=pd.DataFrame)
     wall_s: float = 0.0
+    arm_results: dict[str, ServingResult] = field(default_factory=dict)  # a replicated run: each arm's own result
 
     @property
     def failed(self) -> pd.DataFrame:
@@ -92,6 +93,21 @@ def run_study(
             f"estimate {est.seconds.iloc[-1] / 60:.1f} min",
             flush=True,
         )
+    if plan.replicated:  # issue 35: fresh engines per dtype in ABBA order, per arm; the headline arm's result
+        from fp8lab.serving.paired import run_sets
+
+        runs = run_sets(plan, study, conc, cap_pred, progress, engine_factory)
+        arms: dict[str, ServingResult] = {}
+        for arm in plan.arms:
+            mine = [r for r in runs if r["arm"] == arm]
+            for rnd in {r["round"] for r in mine} if arm == "colocated" else ():  # a co-located set shares a GPU
+                attribute_shared_memory([r for r in mine if r["round"] == rnd])
+            arms[arm] = ServingResult(plan=plan, runs=mine, concurrency=conc, blocks=blocks)
+            _collect(arms[arm])
+        out = arms[plan.headline_arm]
+        out.arm_results = arms
+        out.wall_s = time.perf_counter() - t0
+        return out
     runs = run_paired(plan, study, conc, cap_pred, progress, engine_factory)
     attribute_shared_memory(runs)
     out = ServingResult(plan=plan, runs=runs, concurrency=conc, blocks=blocks)
@@ -134,6 +150,7 @@ def _collect(res: ServingResult) -> None:
     recs, phases, engines, samples = [], [], [], []
     for run in res.runs:
         r, key = run["result"], {"kv_dtype": run["kv_dtype"], "trial": run["trial"], "order": run["order"]}
+        key |= {k: run[k] for k in ("arm", "round", "engine") if k in run}  # a replicated run's engine
         engines.append(
             {
                 **key,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fp8lab.engine.schedule import ARMS, EngineSet, abba_schedule
 from fp8lab.specs import (
     EngineSpec,
     SpecError,
@@ -62,6 +63,14 @@ class ServingPlan:
     requests have finished **and** ``phase_seconds`` have passed, holding ``N`` in flight to the end
     (:func:`min_requests`). ``warmup_requests`` run once per engine, before its first trial, and are
     discarded.
+
+    Engine-level replication (issue 35; :mod:`fp8lab.engine.schedule`, as Study 06): ``engines``: fresh engine
+    pairs per arm (rounds, started in ABBA order; 1: one engine per dtype serving every trial, the design before issue
+    35); ``arms``: ``colocated`` (a round's engines alive together, phases interleaved as above) and/or ``solo`` (one
+    engine at a time, its trials alone, at ``solo_gpu_memory_utilization``: vLLM's default 0.9). Both arms keep the
+    engine's KV budget (``engine.kv_cache_gib``: the same bytes for both dtypes is what the capacity comparison
+    rests on), so an arm differs only in what shares the device. ``trials`` are per engine; with ``engines`` of 2
+    or more one is allowed (the engines carry the interval).
     """
 
     engine: EngineSpec
@@ -81,6 +90,9 @@ class ServingPlan:
     prompt_source: PromptSource = "text"
     seed: int = 0
     phase_seconds: float = 0.0
+    engines: int = 1
+    arms: tuple[str, ...] = ("colocated",)
+    solo_gpu_memory_utilization: float = 0.9
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, EngineSpec):
@@ -115,7 +127,18 @@ class ServingPlan:
             check_choice(self, "arrivals", a, Arrival)
         check_int(self, "open_loop_requests", self.open_loop_requests, 2, 10_000_000)
         check_int(self, "warmup_requests", self.warmup_requests, 0, 10_000_000)
-        check_int(self, "trials", self.trials, 3, 1000)  # the issue's minimum: 3 trials per configuration
+        check_int(self, "engines", self.engines, 1, 100)
+        if (
+            not isinstance(self.arms, (list, tuple))
+            or not self.arms
+            or any(a not in ARMS for a in self.arms)
+            or len(set(self.arms)) != len(self.arms)
+        ):
+            raise SpecError("ServingPlan", "arms", self.arms, f"a non-empty list of distinct values of {list(ARMS)}")
+        setf("arms", tuple(self.arms))
+        check_float(self, "solo_gpu_memory_utilization", self.solo_gpu_memory_utilization, 0.0, 1.0, lo_open=True)
+        # the issue's minimum: 3 trials per configuration; with fresh engines per dtype the engines are the unit
+        check_int(self, "trials", self.trials, 1 if self.engines >= 2 else 3, 1000)
         if self.capacity_shape is not None:
             shape = tuple(self.capacity_shape)
             if len(shape) != 2:
@@ -160,12 +183,34 @@ class ServingPlan:
     def baseline(self) -> str:
         return self.kv_dtypes[0]
 
-    def spec_for(self, kv_dtype: str) -> EngineSpec:
+    def spec_for(self, kv_dtype: str, arm: str = "colocated") -> EngineSpec:
+        """The engine of ``kv_dtype`` (``arm`` ``solo``: at ``solo_gpu_memory_utilization``)."""
+        if arm == "solo":
+            return self.engine.replace(kv_cache_dtype=kv_dtype, gpu_memory_utilization=self.solo_gpu_memory_utilization)
         return self.engine.replace(kv_cache_dtype=kv_dtype)
 
+    @property
+    def replicated(self) -> bool:
+        """The issue-35 design (more than one engine per dtype, or a solo arm), as opposed to one engine per dtype."""
+        return self.engines > 1 or self.arms != ("colocated",)
+
+    def schedule(self) -> list[EngineSet]:
+        """The engine sets in the order they start (:func:`fp8lab.engine.schedule.abba_schedule`)."""
+        return abba_schedule(self.kv_dtypes, self.engines, self.arms)
+
+    @property
+    def headline_arm(self) -> str:
+        """The arm the headline reports: ``solo`` (what a user deploys) where it runs, else ``colocated``."""
+        return "solo" if "solo" in self.arms else "colocated"
+
     def to_dict(self) -> dict[str, Any]:
+        """The plan as plain values; without the replication's fields for one engine per dtype (the design
+        before issue 35: its run keys as they were)."""
         d = dataclasses.asdict(self)
         d["engine"] = self.engine.to_dict()
+        if not self.replicated:
+            for k in ("engines", "arms", "solo_gpu_memory_utilization"):
+                d.pop(k)
         return d
 
 
@@ -201,6 +246,9 @@ def plan_from_params(p: dict[str, Any]) -> ServingPlan:
         prompt_source=p["PROMPT_SOURCE"],
         seed=p["SEED"],
         phase_seconds=p["PHASE_SECONDS"],
+        engines=p.get("ENGINES", 1),  # issue 35's replication; absent: one engine per dtype, as before
+        arms=p.get("ARMS", ("colocated",)),
+        solo_gpu_memory_utilization=p.get("SOLO_GPU_MEMORY_UTILIZATION", 0.9),
     )
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from fp8lab.paths import in_store
 from fp8lab.serving.deltas import delta_table, method_table, noise_floor_table
 from fp8lab.serving.fidelity import fidelity_check
@@ -80,6 +82,24 @@ class Results:
         ladder, search = capacity_search(res)
         deltas = delta_table(res)
         roof = roofline_tables(res, self.bandwidth["bandwidth_gbs"]) if self.bandwidth else {}
+        extra: dict[str, Any] = {}
+        if res.plan.replicated:  # issue 35: every interval over engine pairs; the trial-level table kept beside it
+            from fp8lab.serving import replication
+
+            arms = res.arm_results or {res.plan.headline_arm: res}
+            by_arm = {
+                a: replication.engine_delta_table(r, a, trial_deltas=delta_table(r) if r is not res else deltas)
+                for a, r in arms.items()
+            }
+            extra = {
+                "trial_deltas": deltas,
+                "deltas_by_arm": by_arm,
+                "engine_values": pd.concat(
+                    [replication.engine_values(r).assign(arm=a) for a, r in arms.items()], ignore_index=True
+                ),
+                "colocation": replication.colocation_table(by_arm),
+            }
+            deltas = by_arm[res.plan.headline_arm]
         return {
             "engines": engine_table(res),
             "capacity": capacity_table(res),
@@ -96,6 +116,7 @@ class Results:
             "kv_usage": kv_usage_timeline(res, trial=0),
             "roofline_grid": roof.get("grid"),
             "roofline_measured": roof.get("measured"),
+            **extra,
         }
 
     def tables(self) -> dict[str, Any]:
@@ -103,7 +124,11 @@ class Results:
         ``throughput`` (closed-loop phases), ``latency`` (per class at the largest concurrency) and ``latency_c1``
         (at the smallest), ``itl`` (every gap at the largest concurrency), ``open_loop``, ``deltas`` (the paired
         comparisons), ``methods`` (streamed vs not), ``noise_floor``, ``kv_usage`` (the first trial's engines
-        over time) and the roofline's ``roofline_grid`` / ``roofline_measured`` (None without a bandwidth)."""
+        over time) and the roofline's ``roofline_grid`` / ``roofline_measured`` (None without a bandwidth). A
+        replicated run (issue 35): every table of the headline arm (solo where it ran), ``deltas`` with the engine as
+        the unit (:func:`~fp8lab.serving.replication.engine_delta_table`, ``n`` = engine pairs), ``trial_deltas``
+        (the same over trials, as if independent), ``deltas_by_arm``, ``engine_values`` (one row per engine and
+        metric) and ``colocation`` (:func:`~fp8lab.serving.replication.colocation_table`)."""
         return dict(self._tables)
 
     def _roof(self) -> dict[str, Any] | None:
@@ -113,7 +138,7 @@ class Results:
     @functools.cached_property
     def _summary(self) -> dict[str, Any]:
         t = self._tables
-        return summary_values(
+        out = summary_values(
             self.result,
             t["deltas"],
             t["capacity"],
@@ -122,6 +147,11 @@ class Results:
             bandwidth=self.bandwidth,
             fidelity=self.fidelity,
         )
+        if "deltas_by_arm" in t:  # a replicated run's design, each arm's deltas and the co-location effect
+            from fp8lab.serving.replication import summary_keys
+
+            out |= summary_keys(self.result, t["deltas_by_arm"], t["colocation"])
+        return out
 
     @functools.cached_property
     def _rows(self) -> list[dict[str, Any]]:
@@ -159,7 +189,8 @@ class Results:
             }
         }
         rep = audit.Report("this run", runs_dir() / NAME, {NAME: self._summary}, index, {NAME: self._rows})
-        trials = int(self._summary["trials"])
+        s = self._summary
+        trials = int(s["engines_per_dtype"] if s.get("replicated") else s["trials"])  # what the intervals are over
         return audit.judge_run(
             rep, NAME[:2], {c: fn for c, (fn, _) in CLAIMS.items()}, lambda c: trials if CLAIMS[c][1] == "trials" else 1
         )
@@ -167,7 +198,12 @@ class Results:
     def markdown(self) -> str:
         """:func:`fp8lab.serving.verdict.verdict`: the Markdown bullets, every number from the tables."""
         t = self._tables
-        return verdict(self.result, t["deltas"], t["capacity"], t["search"], self._roof(), self.fidelity)
+        text = verdict(self.result, t["deltas"], t["capacity"], t["search"], self._roof(), self.fidelity)
+        if self._summary.get("replicated"):
+            from fp8lab.serving.replication import verdict_lines
+
+            text = "\n".join([*verdict_lines(self._summary), text])
+        return text
 
 
 def run(

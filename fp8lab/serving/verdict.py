@@ -32,7 +32,10 @@ def delta_line(r: Any) -> str:
         tail = "within noise"
     else:
         tail = f"{r.label}, beyond noise" if r.beyond_noise_floor else f"{r.label}, but not beyond the noise floor"
-    return f"{stats.delta_sentence(d, nf)}: {tail}"
+    text = stats.delta_sentence(d, nf)
+    if getattr(r, "n_engines", None) is not None:  # an engine-level row (issue 35): n counts engine pairs
+        text = text.replace(" paired trials", " engine pairs")
+    return f"{text}: {tail}"
 
 
 def tput_point(metric: str) -> str:
@@ -176,10 +179,17 @@ def verdict(
         if len(tput):
             parts = [f"{tput_point(r.metric)}: {delta_line(r)}" for r in tput.itertuples()]
             robust = tput[tput.beyond_noise_floor].metric.tolist()
+            how = (
+                f"per engine the mean of its {res.plan.trials} trial(s), {res.plan.engines} fresh engines per dtype; "
+                "95% t-interval of the log ratios paired by round over n engine pairs; noise floor = median "
+                "|difference| between consecutive engines of the same config"
+                if res.plan.replicated
+                else "per trial one sustained phase per engine, both engines alive, phases interleaved A B / B A; "
+                "95% t-interval of the paired log ratios; noise floor = median |difference| between consecutive "
+                "trials of the same config"
+            )
             lines.append(
-                f"- **Throughput** (output tokens/s, `{b}` vs `{a}`; per trial one sustained phase per engine, "
-                "both engines alive, phases interleaved A B / B A; 95% t-interval of the paired log ratios; "
-                "noise floor = median |difference| between consecutive trials of the same config): "
+                f"- **Throughput** (output tokens/s, `{b}` vs `{a}`; {how}): "
                 + "; ".join(parts)
                 + ". "
                 + (
@@ -201,7 +211,8 @@ def verdict(
             det = lat.detectable_pct.dropna()
             n = int(lat.n.max()) if len(lat) else 0
             msg = (
-                f"- **Latency** (each percentile taken per trial and engine, then paired over n={n} trials): "
+                f"- **Latency** (each percentile taken per trial and engine, then paired over n={n} "
+                + ("engine pairs, each engine's trials averaged): " if res.plan.replicated else "trials): ")
                 + (f"beyond noise: {'; '.join(beyond)}." if beyond else "no percentile delta is beyond noise.")
                 + (
                     f" The smallest latency effect this run could detect ranged from {det.min():.1f}% to "

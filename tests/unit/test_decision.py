@@ -48,7 +48,9 @@ def test_h200_decision_from_the_records():
     assert "quality through the cache on SmolLM2-135M-Instruct (ppl, fp8): +1.445 % [+1.121, +1.754], n = 64" in (
         it["quality"].text
     )
-    assert "batch 1 beyond about 10,187 tokens" in d.turn_on_if and "short of KV memory" in d.keep_auto_if + d.turn_on_if
+    assert (
+        "batch 1 beyond about 10,187 tokens" in d.turn_on_if and "short of KV memory" in d.keep_auto_if + d.turn_on_if
+    )
     assert "the quality cost measured here (+1.445 % [+1.121, +1.754], n = 64)" in d.keep_auto_if
 
 

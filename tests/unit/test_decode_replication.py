@@ -1,4 +1,4 @@
-"""Study 06's engine-level replication (issue 35): the ABBA schedule (fp8lab.decode.schedule) and the statistics with
+"""Study 06's engine-level replication (issue 35): the ABBA schedule (fp8lab.engine.schedule) and the statistics with
 the engine as the unit (fp8lab.decode.replication) on rows constructed here, where each engine's offset and each
 repetition's noise are chosen by hand, so every interval can be computed beside the code."""
 
@@ -13,7 +13,7 @@ from scipy import stats as sps
 
 from fp8lab import kvmath
 from fp8lab.decode import replication as rp
-from fp8lab.decode.schedule import abba_schedule, start_order
+from fp8lab.engine.schedule import abba_schedule, start_order
 
 T2 = sps.t.ppf(0.975, 2)  # 3 engine pairs: 2 degrees of freedom (4.303)
 
