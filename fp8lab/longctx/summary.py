@@ -127,6 +127,8 @@ def _device(res: LongCtxResult) -> str | None:
     return None
 
 
+#: The label suffix of an emulated configuration (:func:`fp8lab.fp8emu.emulated_label`).
+EMULATED_SUFFIX = " (emulated)"
 #: ``device`` of a row the formula computed (no engine).
 ARITHMETIC = "any (arithmetic on config.json)"
 #: The ramp's latency metrics: table column -> (metric, unit, scale).
@@ -236,9 +238,14 @@ def summary_rows(res: LongCtxResult, t: Tables) -> list[dict[str, Any]]:
     qmodel = Path(plan.quality_model).name if plan.quality_model else model
     qmeasured = {**measured, "evidence": st.evidence_of(device, qmodel)}
     for r in t.passkey_paired.to_dict("records"):
+        # an emulated configuration (fp8lab.fp8emu, "fp8 (emulated)") is a row of the dtype it stands in for, its
+        # setting saying it ran emulated
+        emulated = str(r["kv_dtype"]).endswith(EMULATED_SUFFIX)
+        kv_dtype = str(r["kv_dtype"]).removesuffix(EMULATED_SUFFIX)
         setting = f"passkey, {r['keys']} needle{'s' if r['keys'] > 1 else ''}, {qmodel}"
+        setting += f", {kv_dtype} emulated" if emulated else ""
         common = {"setting": setting, "context_len": int(r["length"]), "n": int(r["n"])}
-        for dt, v in ((BASELINE, r["acc_base"]), (r["kv_dtype"], r["acc"])):
+        for dt, v in ((BASELINE, r["acc_base"]), (kv_dtype, r["acc"])):
             rows.append(
                 st.make_row(
                     **qmeasured,
@@ -255,7 +262,7 @@ def summary_rows(res: LongCtxResult, t: Tables) -> list[dict[str, Any]]:
                 **qmeasured,
                 **common,
                 metric="passkey_accuracy_diff",
-                kv_dtype=r["kv_dtype"],
+                kv_dtype=kv_dtype,
                 baseline=BASELINE,
                 value=r["diff"],
                 ci_low=r["ci_low"],

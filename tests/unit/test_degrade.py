@@ -58,13 +58,19 @@ def test_summary_marks_capacity_as_predicted(forced_off):
     assert {r["source"] for r in rows} == {"predicted"} and rows[1]["kv_capacity_tokens"] == 5461 * 128
 
 
-def test_native_device_runs_notebooks_in_full(monkeypatch):
+def test_native_device_runs_notebooks_in_full(monkeypatch, tmp_path):
+    """Where the kernel exists Study 01 runs in full; ``FP8LAB_NATIVE_FP8=1`` cannot switch it on where it does not
+    (the switch only switches off): there the reduced notebook runs, giving the device's own reason."""
     monkeypatch.setenv(NATIVE_FP8_ENV, "1")
     from fp8lab.engine.capability import kv_support
 
-    if not kv_support("fp8", str(TINY_MODEL_DIR)).native:
-        pytest.skip("this device has no native FP8 KV kernel")
-    assert degrade.notebook_for(NB01, PARAMS, None) == NB01
+    sup = kv_support("fp8", str(TINY_MODEL_DIR))
+    if sup.native:
+        assert degrade.notebook_for(NB01, PARAMS, None) == NB01
+        return
+    assert degrade.notebook_for(NB01, PARAMS, tmp_path) != NB01
+    sentence = degrade.gate(NB01, PARAMS)
+    assert sup.reason and sup.reason in sentence and NATIVE_FP8_ENV not in sentence
 
 
 def test_longctx_without_the_kernel_emulates_only_the_quality_phases(forced_off, monkeypatch):
