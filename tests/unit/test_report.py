@@ -280,3 +280,31 @@ def test_unknown_parameters_are_named():
         SpecError, match=r"RunSpec.RUN_FIDELITY = True: not a parameter of 00_kv_memory_estimation; allowed: "
     ):
         check_overrides(list_notebooks(["00"]), {"RUN_FIDELITY": True})
+
+
+def test_a_slimmed_index_keeps_every_studys_numbers_on_the_next_run(tmp_path):
+    """scripts/slim_index.py drops each study's summary from ``summary.json`` only where ``NN_*.summary.json`` holds
+    the same; a later run into the folder (:func:`fp8lab.report.previous_entries`) takes it back from that file, so
+    the index it writes shows the same numbers; an entry whose file differs keeps its own copy."""
+    import importlib.util
+    import json
+
+    from fp8lab.paths import REPO_ROOT
+    from fp8lab.report import previous_entries
+
+    spec = importlib.util.spec_from_file_location("slim_index", REPO_ROOT / "scripts" / "slim_index.py")
+    slim_index = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(slim_index)
+    a, b = {"x": 1.5, "claim.y": "confirmed"}, {"z": [1, 2]}
+    (tmp_path / "03_q.summary.json").write_text(json.dumps(a))
+    (tmp_path / "04_l.summary.json").write_text(json.dumps({"z": [3]}))  # not the index's copy: kept
+    entry = {"status": "ok", "ran_on": {"device": "CPU: x"}, "parameters": {"MODEL": "m"}}
+    index = {"profile": "p", "notebooks": {"03_q": {**entry, "summary": a}, "04_l": {**entry, "summary": b}}}
+    (tmp_path / "summary.json").write_text(json.dumps(index))
+    before, after = slim_index.slim(tmp_path)
+    slimmed = json.loads((tmp_path / "summary.json").read_text())["notebooks"]
+    assert after < before and "summary" not in slimmed["03_q"] and slimmed["04_l"]["summary"] == b
+    assert slimmed["03_q"]["ran_on"] == entry["ran_on"] and slimmed["03_q"]["parameters"] == entry["parameters"]
+    prev = previous_entries(tmp_path, "p")
+    assert prev["03_q"]["summary"] == a and prev["04_l"]["summary"] == b
+    assert slim_index.slim(tmp_path)[1] == after  # idempotent
