@@ -37,6 +37,7 @@ SHIPPED_MODEL_PINS = {
         "CALIB_SAMPLES": 512,
         "SAMPLE_TOKENS": 200,
         "SUBSET_SIZES": [1, 2, 4, 8, 16, 32, 64, 128, 256],
+        "QUALITY_SETS": ["prompt32", "large"],
         "DETECT_HEAD_REDUCTION": True,
         "MAX_PROMPTS_PER_CATEGORY": None,
         "PPL_SCORED_TOKENS": 128,
