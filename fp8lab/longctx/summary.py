@@ -235,10 +235,16 @@ def summary_rows(res: LongCtxResult, t: Tables) -> list[dict[str, Any]]:
                 add(measured, None if v is None else v * scale, metric=metric, unit=unit, **at)
     qmodel = Path(plan.quality_model).name if plan.quality_model else model
     qmeasured = {**measured, "evidence": st.evidence_of(device, qmodel)}
+    from fp8lab.fp8emu import EMULATED_SUFFIX
+
     for r in t.passkey_paired.to_dict("records"):
-        setting = f"passkey, {r['keys']} needle{'s' if r['keys'] > 1 else ''}, {qmodel}"
+        emulated = str(r["kv_dtype"]).endswith(EMULATED_SUFFIX)  # "fp8 (emulated)": the dtype, said in the setting
+        kv = str(r["kv_dtype"]).removesuffix(EMULATED_SUFFIX)
+        setting = f"passkey, {r['keys']} needle{'s' if r['keys'] > 1 else ''}, {qmodel}" + (
+            ", fp8 emulated" if emulated else ""
+        )
         common = {"setting": setting, "context_len": int(r["length"]), "n": int(r["n"])}
-        for dt, v in ((BASELINE, r["acc_base"]), (r["kv_dtype"], r["acc"])):
+        for dt, v in ((BASELINE, r["acc_base"]), (kv, r["acc"])):
             rows.append(
                 st.make_row(
                     **qmeasured,
@@ -255,7 +261,7 @@ def summary_rows(res: LongCtxResult, t: Tables) -> list[dict[str, Any]]:
                 **qmeasured,
                 **common,
                 metric="passkey_accuracy_diff",
-                kv_dtype=r["kv_dtype"],
+                kv_dtype=kv,
                 baseline=BASELINE,
                 value=r["diff"],
                 ci_low=r["ci_low"],
