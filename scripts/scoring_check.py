@@ -30,14 +30,22 @@ def _vector(res, phase: str) -> np.ndarray:
     return np.concatenate([np.asarray(sequence_logprobs(rec.loc[t])[0], float) for t in sorted(rec.index)])
 
 
+def held_out_windows(model: str, n: int, tokens: int) -> list[tuple[int, ...]]:
+    """The held-out windows in ``model``'s tokenizer; ``model`` as a user gives it (a folder, or the real model's name
+    ``smollm2-135m-instruct``), resolved as the studies resolve it (:func:`fp8lab.specs.resolve_model`)."""
+    from fp8lab.quality import ppl_windows
+    from fp8lab.specs import resolve_model
+
+    return ppl_windows(resolve_model(model), n, tokens)
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     from fp8lab.engine.capability import kv_support
     from fp8lab.engine.devices import cpu_layout
     from fp8lab.engine.results import run_cached, run_emulated
     from fp8lab.paths import TINY_MODEL_DIR
-    from fp8lab.quality import ppl_windows
     from fp8lab.scoring import cache_check, forced_request, one_pass_request
-    from fp8lab.specs import EngineSpec, Phase
+    from fp8lab.specs import EngineSpec, Phase, resolve_model
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=str(TINY_MODEL_DIR))
@@ -51,7 +59,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--out", type=Path, default=None, help="CSV to write")
     a = ap.parse_args(argv)
 
-    wins = ppl_windows(a.model, a.windows, a.window_tokens)
+    wins = held_out_windows(a.model, a.windows, a.window_tokens)
     phases = [
         Phase(
             "cache",
@@ -72,7 +80,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         )
         for kv in a.kv:
             spec = EngineSpec(kv_cache_dtype=kv, attention_backend=backend, **kw)
-            sup = kv_support(kv, a.model)
+            sup = kv_support(kv, resolve_model(a.model))
             if not sup.native and sup.emulated:
                 res = run_emulated(spec, phases, study="scoring_check")
             else:

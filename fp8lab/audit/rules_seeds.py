@@ -304,18 +304,20 @@ def rule_seed000_streaming(ev: Evidence) -> Finding:
 def rule_e4m3_quality(rep: Report) -> Finding:
     """Study 03's own verdict on its ``fp8`` (E4M3) config (perplexity change with its paired interval, top-3 and
     task accuracy): ``negligible`` confirms that E4M3 kept quality on this model; a resolved loss refutes; else
-    inconclusive."""
+    inconclusive. On a CPU without the FP8 KV kernel the config is ``fp8 (emulated)`` (:mod:`fp8lab.fp8emu`: K and V
+    rounded through E4M3 into a bf16 cache), judged the same way and named so."""
     s = rep.study("03")
-    word = s.get("fp8.verdict")
-    if word is None:
+    lab = next((x for x in ("fp8", "fp8 (emulated)") if s.get(f"{x}.verdict") is not None), None)
+    if lab is None:
         raise Missing("quality (03) recorded no verdict for fp8")
-    lo, hi = s.get("fp8.delta_ppl_pct_ci_lo"), s.get("fp8.delta_ppl_pct_ci_hi")
+    word = s[f"{lab}.verdict"]
+    lo, hi = s.get(f"{lab}.delta_ppl_pct_ci_lo"), s.get(f"{lab}.delta_ppl_pct_ci_hi")
     v = CONFIRMED if word == "negligible" else REFUTED if word in ("degraded", "loss", "worse") else INCONCLUSIVE
     return finding(
         v,
-        f"fp8 (E4M3): Study 03 verdict '{word}', perplexity {float(s.get('fp8.delta_ppl_pct') or 0):+.2f}% "
+        f"{lab} (E4M3): Study 03 verdict '{word}', perplexity {float(s.get(f'{lab}.delta_ppl_pct') or 0):+.2f}% "
         + (f"[{float(lo):+.2f}, {float(hi):+.2f}]" if lo is not None and hi is not None else "")
-        + f", top-3 match {float(s.get('fp8.top3_match') or 0):.2f} (03)",
+        + f", top-3 match {float(s.get(f'{lab}.top3_match') or 0):.2f} (03)",
         "E4M3 KV kept what the model says on this model",
         {"verdict_03": word},
         setting=rep.setting("03"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -42,7 +43,7 @@ def claim_verdict(
     held = bool(len(d)) and bool((d.rel_diff_mean < threshold).all())
     txt = (
         f"**Claim 1, scales from the {cal.captures[first].n_tokens}-token prompt are within {threshold} of the "
-        f"large set's on average: {'holds' if held else 'does not hold'} on this model.** Relative difference "
+        f"large set's on average: {'holds' if held else 'does not hold'} on {Path(s.model).name}.** Relative difference "
         f"per layer, head and tensor against the large set ({cal.large.n_samples} samples, "
         f"{cal.large.n_tokens} tokens): " + "; ".join(parts) + "."
     )

@@ -4,6 +4,7 @@ behind it) and written out, one paragraph per claim (:func:`verdict_markdown`)."
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -333,6 +334,11 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
     lines.append("")
     s = c["silent"]
     lines.append(f"**4. Silent failure — {s['label']}.**")
+    if plan.quality_model is not None and not plan.quality_merged:  # the quality engines ran another model
+        lines.append(
+            f"- Model: {Path(plan.quality_model).name} (divergence and passkey below; the ramp above ran "
+            f"{Path(plan.model).name})."
+        )
     scoring = (
         "scored in one pass: one prefill with prompt logprobs per document"
         if plan.divergence_scoring == "one_pass"

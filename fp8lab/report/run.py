@@ -292,9 +292,15 @@ def previous_summary(out_dir: Path, profile_name: str) -> dict[str, Any]:
 def previous_entries(out_dir: Path, profile_name: str) -> dict[str, dict[str, Any]]:
     """Notebooks an earlier run left in ``out_dir`` for the same profile, so that running a subset (say the
     claims audit alone, after the studies) keeps the others in ``summary.json`` and the index: the entries of
-    an existing ``summary.json``, plus any ``NN_*.summary.json`` without an entry (``"from": "file"``)."""
+    an existing ``summary.json`` (an entry without its ``summary`` takes it from ``NN_*.summary.json``: the committed
+    reports keep each study's summary in its own file only), plus any ``NN_*.summary.json`` without an entry
+    (``"from": "file"``)."""
     prev = previous_summary(out_dir, profile_name)
     out = {k: {**e, "from": e.get("from") or "earlier run"} for k, e in (prev.get("notebooks") or {}).items()}
+    for k, e in out.items():  # a committed summary.json may leave each study's summary to its own file
+        f = out_dir / f"{k}.summary.json"
+        if "summary" not in e and e.get("status") == "ok" and f.is_file():
+            e["summary"] = json.loads(f.read_text())
     for f in sorted(out_dir.glob("[0-9][0-9]_*.summary.json")):
         stem = f.name.removesuffix(".summary.json")
         if stem not in out:

@@ -1026,6 +1026,12 @@ def test_seed_claims_on_constructed_evidence():
     q = {"fp8.verdict": "negligible", "fp8.delta_ppl_pct": 0.09, "fp8.top3_match": 0.95}
     f36 = run("36", ev(rep("tiny", TINY_GPU, s03=q)))
     assert f36.verdict == NOT_REPRODUCED and here(f36) == CONFIRMED
+    # on a CPU without the FP8 KV kernel Study 03's E4M3 config is "fp8 (emulated)": judged, and named so
+    qe = {"fp8 (emulated).verdict": "small", "fp8 (emulated).delta_ppl_pct": 2.52, "fp8 (emulated).top3_match": 1.0}
+    qe |= {"fp8 (emulated).delta_ppl_pct_ci_lo": 0.57, "fp8 (emulated).delta_ppl_pct_ci_hi": 5.02}
+    f36e = run("36", ev(rep("cpu", CPU, s03=qe)))
+    assert f36e.by_report["cpu"].startswith(INCONCLUSIVE) and "fp8 (emulated) (E4M3)" in f36e.measured
+    assert "+2.52% [+0.57, +5.02]" in f36e.measured
     # 42, 43: arithmetic and computation, setting-free
     assert run("42", ev()).details["entries"] == {16: 8192, 256: 512} and run("42", ev()).verdict == REFUTED
     pytest.importorskip("torch")
