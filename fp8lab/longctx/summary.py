@@ -237,8 +237,6 @@ def summary_rows(res: LongCtxResult, t: Tables) -> list[dict[str, Any]]:
                 add(measured, None if v is None else v * scale, metric=metric, unit=unit, **at)
     qmodel = Path(plan.quality_model).name if plan.quality_model else model
     qmeasured = {**measured, "evidence": st.evidence_of(device, qmodel)}
-    from fp8lab.engine.fp8emu import EMULATED_SUFFIX
-
     for r in t.passkey_paired.to_dict("records"):
         # an emulated configuration (fp8lab.fp8emu, "fp8 (emulated)") is a row of the dtype it stands in for, its
         # setting saying it ran emulated
