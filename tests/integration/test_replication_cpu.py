@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as sps
 
 from fp8lab.paths import NOTEBOOKS_DIR
-from fp8lab.report import load_profile, resolved_parameters
+from fp8lab.profiles import load_profile, resolved_parameters
 
 pytestmark = pytest.mark.slow
 

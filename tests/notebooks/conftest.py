@@ -14,10 +14,10 @@ from fp8lab.engine.capability import kv_support
 from fp8lab.engine.fp8emu import emulated_label
 from fp8lab.profiles import load_profile, resolved_parameters, tier_profile
 from fp8lab.report import pagecheck
-from fp8lab.report.degrade import NATIVE_ONLY
 
 #: Whether this device has the native FP8 KV kernel, read once at collection (before test_degraded.py switches it
 from fp8lab.report.run import run_notebook
+from fp8lab.studies import all_studies
 
 #: off for its own tests): as the root conftest decides which ``native_fp8`` tests run.
 NATIVE_FP8 = kv_support("fp8").native
@@ -86,7 +86,8 @@ def not_measured() -> Callable[..., None]:
 
     def check(summary: dict, number: str, *keys: str) -> None:
         assert summary["degraded"] is True and set(summary) == REDUCED_KEYS, set(summary) ^ REDUCED_KEYS
-        assert summary["not_measured"].startswith(f"Not measured: the {NATIVE_ONLY[number]} of kv_cache_dtype fp8, ")
+        native_only = next(s.NATIVE_ONLY for s in all_studies().values() if s.NAME.startswith(f"{number}_"))
+        assert summary["not_measured"].startswith(f"Not measured: the {native_only} of kv_cache_dtype fp8, ")
         assert summary["fp8.unsupported_reason"] in summary["not_measured"]
         assert summary["auto.status"] == "not run" and summary["fp8.status"] == "unsupported"
         assert not set(keys) & set(summary)
