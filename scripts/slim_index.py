@@ -6,9 +6,10 @@
 ``summary.json`` (the runner's index, :func:`fp8lab.report.run_profile`) repeats every study's summary under
 ``notebooks.<stem>.summary``: about 180 KB per report folder, of a tracked tree held under 32 MiB. Its readers:
 the claims audit reads ``ran_on`` and ``parameters`` (:func:`fp8lab.audit.load_report`, kept); a later run into
-the same folder keeps the other studies' entries (:func:`fp8lab.report.previous_entries`, which takes an entry's
-missing summary from its ``NN_*.summary.json``), so the index it writes shows the same numbers. An entry is
-slimmed only where its file holds exactly the same summary; anything else is left as it is.
+the same folder keeps the other studies' entries (:func:`fp8lab.report.run.read_index` takes an entry's missing
+summary from its ``NN_*.summary.json``), so the index it writes shows the same numbers. An entry is slimmed only
+where its file holds exactly the same summary; anything else is left as it is. The runner writes the index so itself
+since 2026-12-03: this script is for folders written before.
 
 Idempotent; writes compact JSON, sorted keys, as the runner does.
 """
@@ -22,17 +23,15 @@ from pathlib import Path
 
 
 def slim(folder: Path) -> tuple[int, int]:
-    """Drop each entry's duplicate summary from ``folder/summary.json``; returns ``(bytes before, bytes after)``."""
+    """``folder/summary.json`` as the runner now writes it (:func:`fp8lab.report.run.slim_index`: each entry whose
+    file holds its summary names that file instead); returns ``(bytes before, bytes after)``."""
+    from fp8lab.report.run import read_index, slim_index
+
     path = folder / "summary.json"
-    text = path.read_text()
-    index = json.loads(text)
-    for stem, entry in (index.get("notebooks") or {}).items():
-        f = folder / f"{stem}.summary.json"
-        if "summary" in entry and f.is_file() and json.loads(f.read_text()) == entry["summary"]:
-            del entry["summary"]
-    out = json.dumps(index, sort_keys=True)
+    before = len(path.read_bytes())
+    out = json.dumps(slim_index(folder, read_index(folder)), sort_keys=True)
     path.write_text(out)
-    return len(text.encode()), len(out.encode())
+    return before, len(out.encode())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -254,24 +254,24 @@ def run_notebook(
 
 
 def read_index(out_dir: Path) -> dict[str, Any]:
-    """``out_dir/summary.json`` with each notebook's summary read back from its ``<stem>.summary.json``
-    (``summary_file``: the index does not repeat what that file holds); ``{}`` when there is none."""
+    """``out_dir/summary.json`` with each notebook's summary read back from its ``<stem>.summary.json`` where the
+    index leaves it out (:func:`slim_index`: the file holds it); ``{}`` when there is none."""
     try:
         index = json.loads((Path(out_dir) / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(index, dict):
         return {}
-    for e in (index.get("notebooks") or {}).values():
-        f = Path(out_dir) / str(e.get("summary_file") or "")
-        if "summary" not in e and e.get("summary_file") and f.is_file():
+    for name, e in (index.get("notebooks") or {}).items():
+        f = Path(out_dir) / str(e.get("summary_file") or f"{name}.summary.json")
+        if "summary" not in e and (e.get("summary_file") or e.get("status") == "ok") and f.is_file():
             e["summary"] = json.loads(f.read_text())
     return index
 
 
-def _slim_index(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+def slim_index(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """``summary`` as written to disk: an entry whose ``<stem>.summary.json`` holds its summary names that file
-    (``summary_file``) instead of repeating it (the audit's alone is 100 KB)."""
+    (``summary_file``) instead of repeating it (the audit's alone is 100 KB); :func:`read_index` reads it back."""
     notebooks = {}
     for name, e in summary["notebooks"].items():
         f = Path(out_dir) / f"{name}.summary.json"
@@ -295,12 +295,8 @@ def previous_entries(out_dir: Path, profile_name: str) -> dict[str, dict[str, An
     an existing ``summary.json`` (an entry without its ``summary`` takes it from ``NN_*.summary.json``: the committed
     reports keep each study's summary in its own file only), plus any ``NN_*.summary.json`` without an entry
     (``"from": "file"``)."""
-    prev = previous_summary(out_dir, profile_name)
+    prev = previous_summary(out_dir, profile_name)  # each summary read back from its own file (read_index)
     out = {k: {**e, "from": e.get("from") or "earlier run"} for k, e in (prev.get("notebooks") or {}).items()}
-    for k, e in out.items():  # a committed summary.json may leave each study's summary to its own file
-        f = out_dir / f"{k}.summary.json"
-        if "summary" not in e and e.get("status") == "ok" and f.is_file():
-            e["summary"] = json.loads(f.read_text())
     for f in sorted(out_dir.glob("[0-9][0-9]_*.summary.json")):
         stem = f.name.removesuffix(".summary.json")
         if stem not in out:
@@ -371,7 +367,7 @@ def _write_summary(
         "notebooks": dict(sorted(merged.items())),
         "ran_now": {e["notebook"]: {"status": e["status"], "error": e["error"]} for e in entries},  # this call's
     }
-    (out_dir / "summary.json").write_text(json.dumps(_clean(_slim_index(out_dir, summary)), sort_keys=True))
+    (out_dir / "summary.json").write_text(json.dumps(_clean(slim_index(out_dir, summary)), sort_keys=True))
     write_index(out_dir, summary)
     return summary
 
