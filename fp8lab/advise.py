@@ -366,6 +366,24 @@ def format_advice(adv: Advice) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- validation
+def _row(held: str, p: dict[str, Any], dt: str, st: Step) -> dict[str, Any]:
+    """One validation row: measured point ``p`` of dtype ``dt`` against its prediction ``st``, the error in %."""
+    meas = float(p[f"{dt}_step_ms"])
+    return {
+        "held_out": held,
+        "kv_dtype": dt,
+        "batch": int(p["batch"]),
+        "context_len": int(p["context_len"]),
+        "measured_ms": meas,
+        "predicted_ms": st.ms,
+        "ci_low_ms": st.lo,
+        "ci_high_ms": st.hi,
+        "error_pct": (st.ms / meas - 1) * 100,
+        "within_ci": bool(st.lo <= meas <= st.hi),
+        "extrapolated": bool(st.warnings),
+    }
+
+
 def validate(reference: str | Path = REFERENCE) -> list[dict[str, Any]]:
     """Predictions of held-out measured points of the reference, one row each, with the error in %:
 
@@ -377,22 +395,6 @@ def validate(reference: str | Path = REFERENCE) -> list[dict[str, Any]]:
     ref = load_reference(reference)
     pts = [p for p in ref.points if p.get("full_batch", True)]
     out: list[dict[str, Any]] = []
-
-    def row(held: str, p: dict[str, Any], dt: str, st: Step) -> dict[str, Any]:
-        meas = float(p[f"{dt}_step_ms"])
-        return {
-            "held_out": held,
-            "kv_dtype": dt,
-            "batch": int(p["batch"]),
-            "context_len": int(p["context_len"]),
-            "measured_ms": meas,
-            "predicted_ms": st.ms,
-            "ci_low_ms": st.lo,
-            "ci_high_ms": st.hi,
-            "error_pct": (st.ms / meas - 1) * 100,
-            "within_ci": bool(st.lo <= meas <= st.hi),
-            "extrapolated": bool(st.warnings),
-        }
 
     for b in ref.batches:
         ctxs = sorted({p["context_len"] for p in pts if p["batch"] == b})
@@ -407,13 +409,13 @@ def validate(reference: str | Path = REFERENCE) -> list[dict[str, Any]]:
             p = next(p for p in pts if p["batch"] == b and p["context_len"] == c)
             for dt in DTYPES:
                 held = "context (interior)" if interior else "context (longest)"
-                out.append(row(held, p, dt, predict_step(sub, dt, b, float(c))))
+                out.append(_row(held, p, dt, predict_step(sub, dt, b, float(c))))
     for b in ref.batches[1:-1]:
         rest = [p for p in pts if p["batch"] != b]
         sub = load_reference(reference, rest)
         for p in (p for p in pts if p["batch"] == b):
             for dt in DTYPES:
-                out.append(row("batch", p, dt, predict_step(sub, dt, b, float(p["context_len"]))))
+                out.append(_row("batch", p, dt, predict_step(sub, dt, b, float(p["context_len"]))))
     return out
 
 
@@ -439,22 +441,7 @@ def validate_shape(reference: str | Path, other: str | Path, model: str | Path |
             if p.get(f"{dt}_step_ms") is None:
                 continue
             st = predict_step(ref, dt, int(p["batch"]), float(p["context_len"]), w, kvmath.kv_bytes_per_token(lay, dt))
-            meas = float(p[f"{dt}_step_ms"])
-            out.append(
-                {
-                    "held_out": f"another model ({Path(name).name})",
-                    "kv_dtype": dt,
-                    "batch": int(p["batch"]),
-                    "context_len": int(p["context_len"]),
-                    "measured_ms": meas,
-                    "predicted_ms": st.ms,
-                    "ci_low_ms": st.lo,
-                    "ci_high_ms": st.hi,
-                    "error_pct": (st.ms / meas - 1) * 100,
-                    "within_ci": bool(st.lo <= meas <= st.hi),
-                    "extrapolated": bool(st.warnings),
-                }
-            )
+            out.append(_row(f"another model ({Path(name).name})", p, dt, st))
     return out
 
 
