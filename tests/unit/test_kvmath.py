@@ -504,3 +504,21 @@ def test_the_shipped_model_when_present():
     # 2 x 6 layers x 2 kv heads x 64 x 2 bytes = 3,072 B/token; 1 GiB at block 128 -> 2730 blocks
     assert K.kv_bytes_per_token(TINY_MODEL_DIR) == 3072
     assert K.predict_num_blocks(TINY_MODEL_DIR, GIB, 128) == 2730
+
+
+def test_the_real_models_name_is_its_converted_folder(tmp_path, monkeypatch):
+    """Every study takes ``MODEL: smollm2-135m-instruct``; the formula's reader must too (gpu-quick's Study 00 failed
+    on the H200 with "nothing found there" before it did). The folder is $FP8LAB_MODELS/SmolLM2-135M-Instruct."""
+    from fp8lab import realmodel
+
+    monkeypatch.setenv("FP8LAB_MODELS", str(tmp_path))
+    folder = realmodel.model_dir()
+    assert folder.parent == tmp_path
+    with pytest.raises(SpecError, match="nothing found there"):
+        K.config_path(realmodel.NAME)
+    folder.mkdir(parents=True)
+    cfg = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert K.config_path(" SmolLM2-135M-Instruct ") == folder / "config.json"
+    # 30 layers x 3 KV heads x head_dim 64 x (K and V) x 1 byte
+    assert K.kv_bytes_per_token(K.load_layout(realmodel.NAME), "fp8") == 30 * 3 * 64 * 2
