@@ -8,9 +8,10 @@ per kv dtype:
 - **the decode step**: the measured fits of the reference report's Study 06 (``reports/h200``: step time = fixed
   cost + slope x context, per dtype and batch, least squares over the measured contexts, :func:`fp8lab.stats.ols`),
   carried to another batch by interpolation (fixed cost linear in the batch, per-sequence slope linear in log
-  batch) and to another model or GPU through the bandwidth bound (:mod:`fp8lab.roofline`): the fixed cost scales
-  with the weight bytes read per step over the bandwidth, the slope with the KV bytes per token over the
-  bandwidth. The 95% interval is the fit's (intercept, slope and their covariance); a warning says when a
+  batch) and to another model or GPU through the bandwidth bound (:mod:`fp8lab.roofline`): the fixed cost is split
+  into the time to read the weights once at the measured bandwidth, which scales with the weight bytes per step
+  over the bandwidth, and the rest (kernel launches, sampling, the scheduler: per layer), which scales with the
+  number of layers; the slope scales with the KV bytes per token over the bandwidth. The 95% interval is the fit's (intercept, slope and their covariance); a warning says when a
   prediction leaves the measured contexts or batches, or the reference's model or GPU;
 - **whether FP8 pays**: the step ratio with its interval, and whether auto can hold the batch at all.
 
@@ -83,6 +84,12 @@ class Reference:
     weight_bytes: float
     kv_bytes: dict[str, int]
     source: str
+    layers: int = 0
+
+    @property
+    def weight_read_ms(self) -> float:
+        """The part of every fixed cost that reads the weights once at the reference's measured bandwidth (ms)."""
+        return self.weight_bytes / (self.bandwidth_gbs * 1e9) * 1e3
 
     @property
     def batches(self) -> list[int]:
@@ -123,6 +130,7 @@ def load_reference(report_dir: str | Path = REFERENCE, points: Sequence[dict[str
         bandwidth_gbs=float(s["bandwidth_gbs"]),
         weight_bytes=float(roofline.weight_bytes_per_step(cfg)),
         kv_bytes={dt: kvmath.kv_bytes_per_token(cfg, dt) for dt in DTYPES},
+        layers=int(kvmath.load_layout(cfg).num_layers),
         source=str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path.name),
     )
 
@@ -161,14 +169,20 @@ def predict_step(
     weight_bytes: float | None = None,
     kv_bytes: float | None = None,
     bandwidth_gbs: float | None = None,
+    layers: int | None = None,
 ) -> Step:
     """The decode step (ms) of ``batch`` sequences of ``context`` tokens: the reference's fits, interpolated in
     batch, carried through the bandwidth bound to another model (``weight_bytes``, ``kv_bytes`` per token of
-    this dtype) or GPU (``bandwidth_gbs``); None for any of them: the reference's."""
+    this dtype, ``layers``) or GPU (``bandwidth_gbs``); None for any of them: the reference's.
+
+    A fit's fixed cost ``a`` is the weights' read at the measured bandwidth (:attr:`Reference.weight_read_ms`,
+    scaled by weight bytes over bandwidth) plus the rest (scaled by the number of layers); its variance is the
+    rest's, as the read time is arithmetic."""
     parts, warns = _line_at(ref, kv_dtype, batch)
     w_scale = ((weight_bytes or ref.weight_bytes) / ref.weight_bytes) * (
         ref.bandwidth_gbs / (bandwidth_gbs or ref.bandwidth_gbs)
     )
+    l_scale = (layers / ref.layers) if layers and ref.layers else 1.0
     k_scale = ((kv_bytes or ref.kv_bytes[kv_dtype]) / ref.kv_bytes[kv_dtype]) * (
         ref.bandwidth_gbs / (bandwidth_gbs or ref.bandwidth_gbs)
     )
@@ -178,8 +192,9 @@ def predict_step(
         # fixed cost: interpolated in batch; slope per sequence (b / batch) interpolated, times this batch
         slope_scale = batch / f.batch
         x = k_scale * slope_scale * context
-        ms += w * (w_scale * f.line.a + x * f.line.b)
-        var += w**2 * (w_scale**2 * f.line.var_a + x**2 * f.line.var_b + 2 * w_scale * x * f.line.cov_ab)
+        read = min(ref.weight_read_ms, f.line.a)
+        ms += w * (w_scale * read + l_scale * (f.line.a - read) + x * f.line.b)
+        var += w**2 * (l_scale**2 * f.line.var_a + x**2 * f.line.var_b + 2 * l_scale * x * f.line.cov_ab)
         df = min(df, f.line.df)
         if context > max(f.contexts) * 1.001 or context < min(f.contexts) * 0.999:
             warns.append(
@@ -192,8 +207,8 @@ def predict_step(
         or (kv_bytes and abs(kv_bytes / ref.kv_bytes[kv_dtype] - 1) > 0.01)
     ):
         warns.append(
-            f"another model than the reference's {ref.model}: carried through the bandwidth bound, not validated "
-            "on a second measured shape"
+            f"another model than the reference's {ref.model}: carried through the bandwidth bound and its layer "
+            "count (validated on one other measured shape: see the validation table)"
         )
     if bandwidth_gbs and abs(bandwidth_gbs / ref.bandwidth_gbs - 1) > 0.01:
         warns.append(f"another GPU than the reference's {ref.device}: scaled by bandwidth only, not validated")
@@ -294,7 +309,7 @@ def advise(
     for row in cap:
         dt = row["kv_dtype"]
         k = kvmath.kv_bytes_per_token(lay, dt)
-        st = predict_step(ref, dt, batch, ctx, w, k, bw)
+        st = predict_step(ref, dt, batch, ctx, w, k, bw, lay.num_layers)
         steps[dt] = st
         adv.rows.append(
             {
@@ -440,22 +455,29 @@ def validate_shape(reference: str | Path, other: str | Path, model: str | Path |
         for dt in DTYPES:
             if p.get(f"{dt}_step_ms") is None:
                 continue
-            st = predict_step(ref, dt, int(p["batch"]), float(p["context_len"]), w, kvmath.kv_bytes_per_token(lay, dt))
+            k = kvmath.kv_bytes_per_token(lay, dt)
+            st = predict_step(ref, dt, int(p["batch"]), float(p["context_len"]), w, k, layers=lay.num_layers)
             out.append(_row(f"another model ({Path(name).name})", p, dt, st))
     return out
 
 
-def validation_markdown(rows: Sequence[dict[str, Any]], ref: Reference) -> str:
-    """The validation table with a summary line per held-out kind (largest and median absolute error)."""
+def validation_markdown(rows: Sequence[dict[str, Any]], ref: Reference, shapes: Sequence[str] = ()) -> str:
+    """The validation table with a summary line per held-out kind (largest and median absolute error); ``shapes``
+    as given to :func:`write_validation` (named in the command line the file says made it)."""
     import statistics
 
+    command = " ".join(
+        ["python -m fp8lab.advise --validate", str(Path(ref.source).parent), *(f"--shape {s}" for s in shapes)]
+    )
     lines = [
         f"# fp8lab advise: held-out validation on {ref.model}, {ref.device} ({ref.source})",
         "",
-        "Generated by `python -m fp8lab.advise --validate reports/h200/decode-2026-11` (fp8lab.advise.validate). Each row: one "
+        f"Generated by `{command}` (fp8lab.advise.validate). Each row: one "
         "measured point of Study 06 (mean of its repetitions) left out of the fits it is predicted from. Target: "
         "within 5% on held-out contexts and batches; within 10% on another model shape (`--shape`: that model's "
-        "own Study 06 points, predicted from the reference's fits through its weight and KV bytes).",
+        "own Study 06 points, predicted from the reference's fits through its weight bytes, layer count and KV "
+        "bytes). The 95% interval carries the fits' uncertainty only, not the engine-to-engine spread (about 0.5% "
+        "of a step on the H200, Study 06 replicated) nor the step model's form.",
         "",
         "| held out | points | largest abs error (%) | median abs error (%) | within the 95% interval |",
         "| --- | --- | --- | --- | --- |",
@@ -501,7 +523,7 @@ def write_validation(
         wr.writeheader()
         for r in rows:
             wr.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
-    md_path.write_text(validation_markdown(rows, load_reference(reference)), encoding="utf-8")
+    md_path.write_text(validation_markdown(rows, load_reference(reference), shapes), encoding="utf-8")
     return csv_path, md_path
 
 

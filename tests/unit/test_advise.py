@@ -57,14 +57,42 @@ def test_mix_uses_the_mean_context():
     assert a.context == pytest.approx(4608)
 
 
-def test_held_out_points_within_five_percent():
+#: Another model shape measured on the H200 (gpu-quick's Study 06 on Qwen3-14B's config, dummy weights, 2026-12-03).
+SHAPE = REPO_ROOT / "reports/h200/gpu-quick/qwen3-14b"
+
+
+def test_held_out_points_within_five_percent_and_another_shape_within_ten():
     rows = advise.validate(REF)
     kinds = {r["held_out"] for r in rows}
     assert kinds == {"context (interior)", "context (longest)", "batch"}
     assert len(rows) >= 40 and max(abs(r["error_pct"]) for r in rows) < 5.0
-    # the committed table is this function's output
+    shape = advise.validate_shape(REF, SHAPE, "qwen3-14b")
+    assert len(shape) == 20 and max(abs(r["error_pct"]) for r in shape) < 10.0
+    # the committed table is write_validation's output with that shape, row for row
     committed = (REF / "advise_validation.csv").read_text().splitlines()
-    assert len(committed) == len(rows) + 1
+    assert len(committed) == len(rows) + len(shape) + 1
+    assert [ln.split(",")[:4] for ln in committed[1:]] == [
+        [r["held_out"], r["kv_dtype"], str(r["batch"]), str(r["context_len"])] for r in rows + shape
+    ]
+
+
+def test_fixed_cost_splits_into_the_weights_read_and_a_per_layer_rest():
+    """Carried to another model, the fixed cost's weight-read part (weight bytes at the measured bandwidth) scales
+    with the weight bytes and the rest with the layer count: doubling the weights adds exactly one weight read;
+    doubling the layers adds exactly the rest; the reference's own shape is its fit."""
+    ref = advise.load_reference(REF)
+    fit = ref.fits[("auto", 1)].line
+    base = advise.predict_step(ref, "auto", 1, 0.0).ms
+    assert base == pytest.approx(fit.a, rel=1e-12)
+    read = ref.weight_read_ms
+    assert 0 < read < fit.a
+    two_w = advise.predict_step(ref, "auto", 1, 0.0, 2 * ref.weight_bytes, layers=ref.layers).ms
+    assert two_w - base == pytest.approx(read, rel=1e-9)
+    two_l = advise.predict_step(ref, "auto", 1, 0.0, ref.weight_bytes, layers=2 * ref.layers).ms
+    assert two_l - base == pytest.approx(fit.a - read, rel=1e-9)
+    # another GPU with twice the bandwidth reads the weights in half the time; the rest is not bandwidth
+    fast = advise.predict_step(ref, "auto", 1, 0.0, bandwidth_gbs=2 * ref.bandwidth_gbs).ms
+    assert base - fast == pytest.approx(read / 2, rel=1e-9)
 
 
 @pytest.mark.parametrize(
