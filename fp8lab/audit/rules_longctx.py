@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fp8lab.audit.evidence import Evidence, Missing, Report, Setting
+from fp8lab.audit.pages import DECODE, LONG_CONTEXT, PREFIX, SERVING
 from fp8lab.audit.readers import (
     decode_detectable,
     decode_grid,
@@ -49,7 +50,7 @@ def rule_long_capacity(rep: Report) -> Finding:
     01: auto preempted where FP8 did not. How it runs out is stated beside the verdict, not judged: vLLM does not
     fail when the KV cache is full, it queues or preempts (recomputes) requests, so "out of memory" is a full KV
     cache, not an error (the outcomes Study 04 recorded beyond auto's limit are shown)."""
-    s04, s01 = rep.optional("04"), rep.optional("01")
+    s04, s01 = rep.optional(LONG_CONTEXT), rep.optional(SERVING)
     if s04 is not None:
         c = fp8_candidate(s04)
         lengths = [
@@ -70,7 +71,7 @@ def rule_long_capacity(rep: Report) -> Finding:
                 if f > a
                 else "no concurrency where only FP8 fits",
                 {"length": L, "auto": a, "fp8": f},
-                setting=rep.setting("04"),
+                setting=rep.setting(LONG_CONTEXT),
                 detectable="+-1 request",
             )
     if s01 is not None:
@@ -82,7 +83,7 @@ def rule_long_capacity(rep: Report) -> Finding:
                 f"preemptions at c={s01.get('headline_concurrency')}: auto {pa:g}, {c} {pf:g} (01)",
                 "auto's KV cache was full where FP8's was not (vLLM preempts rather than failing)",
                 {"preemptions": [pa, pf]},
-                setting=rep.setting("01"),
+                setting=rep.setting(SERVING),
                 detectable="one preemption",
             )
     raise Missing("no frontier (04) and no preemption contrast (01)")
@@ -95,7 +96,7 @@ def rule_long_speed(rep: Report) -> Finding:
     refuted when the physics bound rules it out; otherwise inconclusive, since the claim's concurrency is not stated
     and the gain grows with the batch (the largest measured batch's gain is shown). Without Study 06: Study 04's two
     single requests (E2E ratio at its concurrency) with the ramp's detectable effect (ramp_noise)."""
-    s06 = rep.optional("06")
+    s06 = rep.optional(DECODE)
     if s06 is not None:
         pts = decode_grid(rep)
         ctx = min({int(p["context_len"]) for p in pts}, key=lambda x: abs(x - CLAIM6_LENGTH))
@@ -120,10 +121,10 @@ def rule_long_speed(rep: Report) -> Finding:
             else f"the gain grows with the batch and the claim's concurrency is not stated: up to B={at[-1]['batch']} "
             "these runs do not reach +18.3%, larger batches were not measured at this length",
             {"context": ctx, "outcomes": outs},
-            setting=rep.setting("06"),
+            setting=rep.setting(DECODE),
             detectable=decode_detectable(rep),
         )
-    s04 = rep.study("04")
+    s04 = rep.study(LONG_CONTEXT)
     c, C = fp8_candidate(s04), s04.get("concurrency")
     held = [
         int(L)
@@ -143,7 +144,7 @@ def rule_long_speed(rep: Report) -> Finding:
         f"{C} requests of {L:,} tokens: E2E gain {pct(gain)} (04, one run)",
         f"judged on one request per dtype: {out}",
         {"gain": gain, "length": L, "detectable": d},
-        setting=rep.setting("04"),
+        setting=rep.setting(LONG_CONTEXT),
         detectable=dtext,
     )
 
@@ -160,7 +161,7 @@ def rule_block_size(rep: Report) -> Finding:
     E2E with block 16 (the ramp engine's one-at-a-time request counts as its block size's point), as a change
     (ratio - 1) with the ramp's own detectable effect (ramp_noise) either side, judged against the claimed
     x0.46 (-54%) by `judge`. A sweep shorter than 120K tokens is nearest evidence only (inconclusive at best)."""
-    return block_size_finding(rep.study("04"), rep.setting("04"))
+    return block_size_finding(rep.study(LONG_CONTEXT), rep.setting(LONG_CONTEXT))
 
 
 def block_size_finding(s: Mapping[str, Any], setting: Setting | None = None) -> Finding:
@@ -218,7 +219,7 @@ def rule_hit_rate(rep: Report) -> Finding:
     gain anywhere contradicts. Block size 256: Study 07 runs one block size, so that part is untested unless it
     ran two. The verdict is the FP8 part's (the block part is named untested). A hit rate needs prefix caching on;
     every other study runs with it off."""
-    s = rep.optional("07")
+    s = rep.optional(PREFIX)
     if s is None:
         raise Missing("no prefix cache (07) summary; every other study runs with prefix caching off")
     gains = {w: s[f"{w}.gain"] for w in ("chat", "system", "json") if isinstance(s.get(f"{w}.gain"), dict)}
@@ -236,7 +237,7 @@ def rule_hit_rate(rep: Report) -> Finding:
         ", ".join(f"{k} {v}" for k, v in parts.items())
         + "; FP8 holds twice the blocks, so beyond auto's knee it keeps prefixes auto evicts",
         {"parts": parts, "gains": gains},
-        setting=rep.setting("07"),
+        setting=rep.setting(PREFIX),
         detectable="the paired intervals shown",
     )
 
@@ -252,7 +253,7 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
     claimed -65% (`judge`); without Study 06, Study 04's ITL ratio at its longest length with the ramp's detectable
     effect. TTFT part: Study 04's TTFT ratio at its longest length (one request each) with the ramp's detectable
     effect (ramp_noise of TTFT) against -47%. Any part contradicted -> refuted."""
-    s04, s06 = rep.optional("04"), rep.optional("06")
+    s04, s06 = rep.optional(LONG_CONTEXT), rep.optional(DECODE)
     parts, text, dets, st = {}, [], [], None
     if s06 is not None:
         b1 = [p for p in decode_grid(rep) if int(p["batch"]) == 1]
@@ -266,7 +267,7 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
                 f"[{p['ratio_ci_low']:.3f}, {p['ratio_ci_high']:.3f}] (06; claimed x{CLAIM13['itl_ratio']:.2f})"
             )
             dets.append("ITL " + decode_detectable(rep))
-            st = rep.setting("06")
+            st = rep.setting(DECODE)
     if s04 is not None:
         c = fp8_candidate(s04)
         L = max(int(x) for x in s04.get("lengths") or [0])
@@ -282,7 +283,7 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
                 parts[m] = UNRESOLVED
             text.append(f"{m} at {L:,} tokens fp8/auto x{float(r):.3f} (04, one request each; claimed x{claimed:.2f})")
             dets.append(f"{m} {dtext}")
-        st = st or rep.setting("04")
+        st = st or rep.setting(LONG_CONTEXT)
     if not parts:
         raise Missing("no decode grid (06) and no ratios at the longest length (04)")
     return finding(
@@ -321,7 +322,7 @@ def rule_long_tpot(rep: Report) -> Finding:
         f"at the largest measured batch (B={top['batch']}) FP8's step is "
         + ("shorter" if v == CONFIRMED else "not shorter beyond its CI"),
         {"context": ctx},
-        setting=rep.setting("06"),
+        setting=rep.setting(DECODE),
         detectable=decode_detectable(rep),
     )
 
@@ -349,9 +350,9 @@ def rule_128k_throughput(rep: Report) -> Finding:
         f"[{100 * throughput_gain(p['ratio_ci_high']):+.1f}, {100 * throughput_gain(p['ratio_ci_low']):+.1f}] (06; claimed +133%)",
         out,
         {"ratio": p["ratio"]},
-        setting=rep.setting("06"),
+        setting=rep.setting(DECODE),
         detectable=decode_detectable(rep),
-        headline=f"Decode with FP8 KV on {rep.setting('06').device} (CUDA graphs): "
+        headline=f"Decode with FP8 KV on {rep.setting(DECODE).device} (CUDA graphs): "
         f"{100 * throughput_gain(p['ratio']):+.1f}% tokens/s at batch 1 and {int(p['context_len']):,} tokens, not the "
         "reported +133%."
         if out == CONTRADICTED
@@ -364,7 +365,7 @@ def rule_128k_throughput(rep: Report) -> Finding:
 def rule_chunked_prefill(ev: Evidence) -> Finding:
     """A chunked-prefill effect needs runs that differ only in the prefill chunk budget (max_num_batched_tokens):
     not testable here while no Study 04 summary records such a sweep (``*.mnbt*`` keys)."""
-    swept = [r.label for r in ev.reports if any(".mnbt" in k for k in (r.optional("04") or {}))]
+    swept = [r.label for r in ev.reports if any(".mnbt" in k for k in (r.optional(LONG_CONTEXT) or {}))]
     return Finding(
         NOT_TESTABLE,
         ("chunked-prefill sweep recorded in " + ", ".join(swept))
@@ -382,7 +383,7 @@ def rule_random_tokens(rep: Report) -> Finding:
     ratio far below 1 says random tokens understate FP8's error. With one document each and no interval, the ratio
     cannot decide "worthless" (inconclusive); capacity and speed do not depend on token content (the GPU speed
     studies use dummy weights and token ids), so the claim can at most hold for quality."""
-    s = rep.study("04")
+    s = rep.study(LONG_CONTEXT)
     r, fr = s.get("fp8.random.divergence_ratio"), s.get("fp8.random.flip_ratio")
     if r is None:
         raise Missing("long context (04) recorded no random-token divergence")
@@ -393,6 +394,6 @@ def rule_random_tokens(rep: Report) -> Finding:
         + " (04)",
         "random tokens understate FP8's error here; one document each, no interval",
         {"ratio": r},
-        setting=rep.setting("04"),
+        setting=rep.setting(LONG_CONTEXT),
         detectable="unknown (one document each, no interval)",
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 from fp8lab import kvmath
 from fp8lab.audit.evidence import Evidence, Missing, Report
+from fp8lab.audit.pages import DECODE, PREFIX, QUALITY, SERVING
 from fp8lab.audit.readers import (
     decode_detectable,
     decode_grid,
@@ -82,7 +83,7 @@ def rule_hopper_no_overhead(rep: Report) -> Finding:
         if slower
         else "no point slower beyond its CI",
         {"slower": len(slower), "faster": len(faster)},
-        setting=rep.setting("06"),
+        setting=rep.setting(DECODE),
         detectable=decode_detectable(rep),
     )
 
@@ -93,7 +94,7 @@ def rule_short_requests_slower(rep: Report) -> Finding:
     the CI shows that FP8 can slow short requests at low concurrency (confirmed). "May slow" claims that it happens
     somewhere, which one setting where it does not cannot refute: otherwise inconclusive. Without Study 06: Study
     01's throughput delta at its smallest concurrency, the same way."""
-    if rep.optional("06") is not None:
+    if rep.optional(DECODE) is not None:
         _, b1 = _short_points(rep)
         v = CONFIRMED if b1["ratio_ci_low"] > 1 else INCONCLUSIVE
         return finding(
@@ -103,7 +104,7 @@ def rule_short_requests_slower(rep: Report) -> Finding:
             if v == CONFIRMED
             else "FP8 not slower beyond its CI at the shortest context (an existence claim: not refuted by one setting)",
             {"ratio": b1["ratio"]},
-            setting=rep.setting("06"),
+            setting=rep.setting(DECODE),
             detectable=decode_detectable(rep),
         )
     cs = serving_concurrency(rep)
@@ -116,7 +117,7 @@ def rule_short_requests_slower(rep: Report) -> Finding:
         f"throughput @c={cs[0]} {fd(d)} (01)",
         "throughput at the smallest concurrency (an existence claim: not refuted by one setting)",
         {"delta": dict(d)},
-        setting=rep.setting("01"),
+        setting=rep.setting(SERVING),
         detectable=detectable_text({"throughput": d}),
     )
 
@@ -189,7 +190,7 @@ def rule_preemption_grows(rep: Report) -> Finding:
         "preemption appears once the concurrent requests' KV exceed the cache; FP8's doubled capacity moves that "
         "point (a dtype that never filled its cache shows none)",
         {"preemptions": {str(k): v for k, v in pre.items()}},
-        setting=rep.setting("01"),
+        setting=rep.setting(SERVING),
         detectable="one preemption (counts)",
     )
 
@@ -306,7 +307,7 @@ def rule_e4m3_quality(rep: Report) -> Finding:
     task accuracy): ``negligible`` confirms that E4M3 kept quality on this model; a resolved loss refutes; else
     inconclusive. On a CPU without the FP8 KV kernel the config is ``fp8 (emulated)`` (:mod:`fp8lab.fp8emu`: K and V
     rounded through E4M3 into a bf16 cache), judged the same way and named so."""
-    s = rep.study("03")
+    s = rep.study(QUALITY)
     lab = next((x for x in ("fp8", "fp8 (emulated)") if s.get(f"{x}.verdict") is not None), None)
     if lab is None:
         raise Missing("quality (03) recorded no verdict for fp8")
@@ -320,7 +321,7 @@ def rule_e4m3_quality(rep: Report) -> Finding:
         + f", top-3 match {float(s.get(f'{lab}.top3_match') or 0):.2f} (03)",
         "E4M3 KV kept what the model says on this model",
         {"verdict_03": word},
-        setting=rep.setting("03"),
+        setting=rep.setting(QUALITY),
         detectable=f"+-{(float(hi) - float(lo)) / 2:.2f}% of perplexity (95% CI half-width, paired by window)"
         if lo is not None and hi is not None
         else "",
@@ -395,7 +396,7 @@ def rule_prefix_gain(rep: Report) -> Finding:
     auto's knee, FP8's hit-rate gain (percentage points, with its interval) and throughput ratio. A hit-rate gain
     beyond its interval with a throughput ratio above 1 at some workload confirms that FP8 raises both; no gain at
     any workload refutes it."""
-    s = rep.optional("07")
+    s = rep.optional(PREFIX)
     if s is None:
         raise Missing("no prefix cache (07) summary")
     g = _prefix_gains(dict(s))
@@ -415,7 +416,7 @@ def rule_prefix_gain(rep: Report) -> Finding:
         "beyond auto's knee FP8 holds twice the blocks and keeps prefixes auto evicts; the size of the gain is the "
         "working set's, not a constant",
         {"gains": g},
-        setting=rep.setting("07"),
+        setting=rep.setting(PREFIX),
         detectable="the paired intervals shown",
     )
 
@@ -426,7 +427,7 @@ def rule_cross_request(rep: Report) -> Finding:
     wrote) and cold. FP8's outputs identical token for token with zero logprob difference, with cached tokens > 0,
     contradict contamination by a previous request's KV (refuted); any FP8 difference is inconclusive (it may be
     numerical, not contamination)."""
-    s = rep.optional("07")
+    s = rep.optional(PREFIX)
     if s is None:
         raise Missing("no prefix cache (07) summary")
     rows = [r for r in s.get("correctness") or [] if str(r.get("kv_dtype", "")).startswith("fp8")]
@@ -444,7 +445,7 @@ def rule_cross_request(rep: Report) -> Finding:
         + " (07)",
         "a hit on blocks another request wrote gives the cold answer exactly" if same else "FP8 outputs differ",
         {"rows": len(rows)},
-        setting=rep.setting("07"),
+        setting=rep.setting(PREFIX),
         detectable="exact (bit-identical comparison)",
     )
 

@@ -15,7 +15,17 @@ from pathlib import Path
 import pytest
 
 from fp8lab import audit, kvmath
-from fp8lab.audit import CONFIRMED, INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REFUTED, Evidence, Finding, Report
+from fp8lab.audit import (
+    CONFIRMED,
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    NOT_TESTABLE,
+    REFUTED,
+    Evidence,
+    Finding,
+    Report,
+    pages,
+)
 from fp8lab.paths import CONFIGS_DIR, REPO_ROOT
 from fp8lab.report.run import write_index
 from fp8lab.specs import SpecError
@@ -156,7 +166,7 @@ def test_setting_read_from_index_records_and_provenance(tmp_path):
         {STEMS["04"]: {"kv_dtypes": ["auto", "fp8"]}},
         {"provenance": {"device": "CPU: renderer", "vllm": "0.32.0"}},
     )
-    st = r.setting("04")
+    st = r.setting(pages.LONG_CONTEXT)
     assert (st.device, st.vllm, st.model, st.graphs, st.load_format) == (
         "NVIDIA H200",
         "0.26.0",
@@ -172,7 +182,7 @@ def test_setting_read_from_index_records_and_provenance(tmp_path):
         {STEMS["01"]: {"model": "fp8lab-tiny-qwen3"}},
         {"provenance": {"device": "CPU: x", "vllm": "0.32.0"}},
     )
-    st2 = r2.setting("01")
+    st2 = r2.setting(pages.SERVING)
     assert (st2.device, st2.model, st2.graphs, st2.source) == (
         "CPU: x",
         "fp8lab-tiny-qwen3",
@@ -185,7 +195,9 @@ def test_setting_read_from_index_records_and_provenance(tmp_path):
         tmp_path,
         {STEMS["06"]: {"device": "NVIDIA H200", "vllm_version": "0.26.0", "model": "m", "cuda_graphs": True}},
     )
-    assert r3.setting("06") == audit.Setting("NVIDIA H200", "m", "0.26.0", True, None, "summary", "offline batch")
+    assert r3.setting(pages.DECODE) == audit.Setting(
+        "NVIDIA H200", "m", "0.26.0", True, None, "summary", "offline batch"
+    )
 
 
 def test_no_evidence_never_crashes():
@@ -751,8 +763,8 @@ def test_load_evidence_labels_links_extra_summaries_and_notes(tmp_path):
     )
     assert [x.label for x in e.reports] == ["cpu-tiny", "h200", "h200/shipped"]
     assert list(e.reports[0].summaries) == [STEMS["04"]]  # the audit's own summary is not evidence
-    assert STEMS["06"] in e.reports[1].summaries and e.reports[1].setting("06").graphs is True
-    assert e.reports[0].setting("04").device == "CPU: AMD EPYC"
+    assert STEMS["06"] in e.reports[1].summaries and e.reports[1].setting(pages.DECODE).graphs is True
+    assert e.reports[0].setting(pages.LONG_CONTEXT).device == "CPU: AMD EPYC"
     assert any("nope" in n and "not found" in n for n in e.notes) and any("gone" in n for n in e.notes)
     links = audit.links(audit.CLAIMS_BY_ID["4a"], e)
     assert {x["href"] for x in links} == {
