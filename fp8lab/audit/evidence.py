@@ -222,6 +222,10 @@ class Evidence:
     def config(self, name: str) -> kvmath.KVLayout | None:
         return next((c for c in self.configs if c.name == name), None)
 
+    def number(self, study: str) -> str | None:
+        """The study number ``study``'s page shows in the first report that has one, else its notebook's."""
+        return pages.number(study, *(r.summaries for r in self.reports))
+
 
 # ====================================================================================== loading evidence
 SUMMARY_GLOB = "[0-9][0-9]_*.summary.json"

@@ -106,7 +106,7 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         for c in cs:
             claimed = CLAIM7[min(CLAIM7, key=lambda b: abs(b - c))]
             parts.append(judge(tp[c]["lo_pct"], tp[c]["hi_pct"], claimed))
-        text.append("vLLM throughput " + ", ".join(f"@c={c} {fd(tp[c])}" for c in cs) + " (01)")
+        text.append("vLLM throughput " + ", ".join(f"@c={c} {fd(tp[c])}" for c in cs) + f" ({rep.number(SERVING)})")
         st = rep.setting(SERVING)
     if s06 is not None:
         pts = decode_grid(rep)
@@ -116,12 +116,12 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         ctx = max((c for c, ps in by_ctx.items() if len(ps) >= 2), default=None, key=lambda c: (len(by_ctx[c]), -c))
         if ctx is not None:
             text.append(
-                f"decode step fp8/auto at {ctx:,} tokens (06): "
+                f"decode step fp8/auto at {ctx:,} tokens ({rep.number(DECODE)}): "
                 + ", ".join(f"B={p['batch']} x{p['ratio']:.3f}" for p in sorted(by_ctx[ctx], key=lambda p: p["batch"]))
             )
         st = st or rep.setting(DECODE)
     if not text:
-        raise Missing("no concurrency sweep (01) or decode grid (06)")
+        raise Missing(f"no concurrency sweep ({rep.number(SERVING)}) or decode grid ({rep.number(DECODE)})")
     det = "vLLM throughput " + detectable_text({f"@c={c}": tp[c] for c in cs}) if cs else ""
     return finding(
         parts_verdict(dict(enumerate(parts))) if parts else NOT_TESTABLE,
@@ -147,7 +147,7 @@ def rule_streaming_benchmark(rep: Report) -> Finding:
     s = rep.study(SERVING)
     cs = serving_concurrency(rep)
     if not cs:
-        raise Missing("serving (01) summary has no concurrency sweep")
+        raise Missing(f"{rep.label_of(SERVING)} summary has no concurrency sweep")
     tp = {c: serving_delta(rep, "output tok/s", c) for c in cs}
     naive = {
         c: serving_delta(rep, "output tok/s (no stream)", c)
@@ -246,7 +246,7 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
                 else ""
             )
             + ("larger batches gain more: " + "; ".join(grows[:4]) if grows else "no larger batch gains more")
-            + " (06)"
+            + f" ({rep.number(DECODE)})"
         )
         fast, slow = min(pts, key=lambda p: p["ratio"]), max(pts, key=lambda p: p["ratio"])
         head = (
@@ -268,12 +268,12 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
     rep.study(SERVING)
     cs = serving_concurrency(rep)
     if not cs:
-        raise Missing("no decode grid (06) and no concurrency sweep (01)")
+        raise Missing(f"no decode grid ({rep.number(DECODE)}) and no concurrency sweep ({rep.number(SERVING)})")
     d = serving_delta(rep, "output tok/s", cs[0])
     out = judge(d["lo_pct"], d["hi_pct"], CLAIM13["batch1_gain_pct"])
     return finding(
         outcome_verdict(out),
-        f"throughput @c={cs[0]} {fd(d)} (01; claimed +130%)",
+        f"throughput @c={cs[0]} {fd(d)} ({rep.number(SERVING)}; claimed +130%)",
         out,
         {"outcome": out},
         setting=rep.setting(SERVING),
@@ -294,14 +294,14 @@ def rule_prefix_hit_rate(rep: Report) -> Finding:
     Every other study runs with prefix caching off, so without Study 07 the claim is not testable."""
     s = rep.optional(PREFIX)
     if s is None:
-        raise Missing("no prefix cache (07) summary; every other study runs with prefix caching off")
+        raise Missing(f"no {rep.label_of(PREFIX)} summary; every other study runs with prefix caching off")
     v = s.get("claim_verdict")
     if v not in PREFIX_VERDICTS:
-        raise Missing(f"prefix cache (07) measured no hit rate of both dtypes ({v or 'no verdict'})")
+        raise Missing(f"{rep.label_of(PREFIX)} measured no hit rate of both dtypes ({v or 'no verdict'})")
     gains = {w: s.get(f"{w}.gain") for w in ("chat", "system", "json") if s.get(f"{w}.gain")}
     return finding(
         PREFIX_VERDICTS[v],
-        s.get("claim_evidence") or "hit rates of both dtypes (07)",
+        s.get("claim_evidence") or f"hit rates of both dtypes ({rep.number(PREFIX)})",
         "FP8 kept more prefix hits beyond auto's knee"
         if v == "refuted"
         else "hit rates equal within 1 pp at every working set"
@@ -347,7 +347,7 @@ def rule_ttft_spread(rep: Report) -> Finding:
     def ttft(q: str, d: str) -> float:
         v = serving_figure(rep, f"ttft_{q}_ms_{d}", f"ttft_{q}_pooled", d, concurrency=c)
         if v is None or not math.isfinite(float(v)):
-            raise Missing(f"serving (01) has no pooled TTFT {q.upper()} of {d}")
+            raise Missing(f"{rep.label_of(SERVING)} has no pooled TTFT {q.upper()} of {d}")
         return float(v)
 
     p50a, p99a, p50f, p99f = ttft("p50", "auto"), ttft("p99", "auto"), ttft("p50", cand), ttft("p99", cand)

@@ -7,6 +7,7 @@ Summaries are built with the keys the studies record (``serving.summary_values``
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -778,6 +779,74 @@ def test_load_evidence_labels_links_extra_summaries_and_notes(tmp_path):
         "h200": CONFIRMED,
         "h200/shipped": CONFIRMED,
     }
+
+
+def _copy_report(src: Path, dst: Path, renumber: tuple[str, str] | None = None) -> Path:
+    """The committed report folder ``src`` as the audit reads it (summaries, rows, ``summary.json``; its records
+    linked, not copied) in ``dst``, with every page of number ``renumber[0]`` written under ``renumber[1]``: its
+    summary, rows, index entry and records archive."""
+
+    def name(n: str) -> str:
+        return renumber[1] + n[len(renumber[0]) :] if renumber and n.startswith(renumber[0] + "_") else n
+
+    (dst / "records").mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file() and (f.name.endswith((".summary.json", ".rows.json")) or f.name == "summary.json"):
+            (dst / name(f.name)).write_bytes(f.read_bytes())
+    for f in (src / "records").iterdir():
+        (dst / "records" / name(f.name)).symlink_to(f)
+    index = json.loads((src / "summary.json").read_text())
+    index["notebooks"] = {name(k): v for k, v in index["notebooks"].items()}
+    (dst / "summary.json").write_text(json.dumps(index))
+    return dst
+
+
+def test_the_audit_finds_a_renumbered_study_by_its_pages_name(tmp_path):
+    """The audit names the studies it reads by their pages' names (fp8lab.audit.pages), never by number: the
+    committed H200 report with its decode study written as 16_decode_speed (summary, rows, index entry, records) is
+    judged as the committed one is, and every number the reader sees of that study is the 16 its page carries."""
+    pytest.importorskip("torch")
+    src = REPO_ROOT / "reports" / "h200"
+    same = _copy_report(src, tmp_path / "same" / "h200")
+    moved = _copy_report(src, tmp_path / "moved" / "h200", ("06", "16"))
+    assert (moved / "16_decode_speed.summary.json").is_file() and not (moved / "06_decode_speed.summary.json").exists()
+
+    def read(folder: Path) -> tuple[Evidence, list[dict]]:
+        e = audit.load_evidence(folder, [], options_files=None, introspect_installed=False)
+        return e, audit.audit(e)
+
+    (e0, rows0), (e1, rows1) = read(same), read(moved)
+    r1 = e1.reports[0]
+    assert (r1.stem(pages.DECODE), r1.number(pages.DECODE), r1.label_of(pages.DECODE)) == (
+        "16_decode_speed",
+        "16",
+        "decode speed (16)",
+    )
+    assert r1.study_rows(pages.DECODE) and r1.setting(pages.DECODE) == e0.reports[0].setting(pages.DECODE)
+    assert [r["verdict"] for r in rows1] == [r["verdict"] for r in rows0]
+    assert [r["by_report"] for r in rows1] == [r["by_report"] for r in rows0]
+    # the reader sees the decode study's page as 16 wherever it saw 06, and nothing else changes
+    shown0, shown1 = json.dumps(rows0), json.dumps(rows1)
+    for old, new in (
+        ("(06)", "(16)"),
+        ("(06;", "(16;"),
+        ("06_decode_speed", "16_decode_speed"),
+        ("h200 06", "h200 16"),
+    ):
+        assert old in shown0, old  # each is shown: the comparison below is not vacuous
+        shown0 = shown0.replace(old, new)
+    assert shown1 == shown0
+    assert "decode step fp8/auto at 8,192 tokens (16): B=1" in next(r["measured"] for r in rows1 if r["id"] == "17")
+    assert {"label": "h200 16", "href": "16_decode_speed.summary.json"} in next(
+        r["links"] for r in rows1 if r["id"] == "17"
+    )
+    # a study the report has no page of keeps its notebook's number in messages
+    r1 = dataclasses.replace(r1, summaries={k: v for k, v in r1.summaries.items() if not k.startswith("16_")}, index={})
+    with pytest.raises(audit.Missing, match=r"^no decode speed \(06\) summary$"):
+        r1.study(pages.DECODE)
+    # a study named by its number, or misspelt, is an error, not a study that did not run
+    with pytest.raises(KeyError, match="decode_speed"):
+        r1.study("06")
 
 
 def test_spec_checks_and_report_dir_from_the_runner(monkeypatch, tmp_path):
