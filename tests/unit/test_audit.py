@@ -849,6 +849,19 @@ def test_the_audit_finds_a_renumbered_study_by_its_pages_name(tmp_path):
         r1.study("06")
 
 
+def test_the_audits_study_names_are_the_registered_studies_pages():
+    """Each name the audit reads a study by (fp8lab.audit.pages) is a registered study's page name, its notebook is
+    that study's, and every claim's evidence is named by one of them (the audit may not import the registry; this
+    test keeps the two in step)."""
+    from fp8lab import studies
+
+    registered = studies.names()
+    assert {pages.notebook_stem(n) for n in pages.WHAT} <= set(registered)
+    assert all(pages.page_name(pages.notebook_stem(n)) == n for n in pages.WHAT)
+    assert {s for c in audit.CLAIMS for s in c.studies} <= set(pages.WHAT)
+    assert set(audit.ROW_STUDIES) <= set(pages.WHAT) and set(audit.match.STUDY_LOAD) <= set(pages.WHAT)
+
+
 def test_spec_checks_and_report_dir_from_the_runner(monkeypatch, tmp_path):
     with pytest.raises(SpecError, match="AuditSpec.other_reports"):
         audit.AuditSpec(other_reports="reports/h200")
