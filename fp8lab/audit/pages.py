@@ -59,9 +59,13 @@ def check(study: str) -> str:
 
 
 def find(stems: Iterable[str], study: str) -> str | None:
-    """The first (sorted) of ``stems`` that is the page of ``study`` (its name, or a whole page stem), or None."""
+    """The first (sorted) of ``stems`` that is the page of ``study`` (its name, or a whole page stem: any of
+    ``stems`` names itself), or None."""
+    stems = sorted(stems)
+    if study in stems:
+        return study
     check(study)
-    return next((s for s in sorted(stems) if s == study or page_name(s) == study), None)
+    return next((s for s in stems if page_name(s) == study), None)
 
 
 @functools.cache
@@ -72,8 +76,12 @@ def notebook_stem(study: str) -> str | None:
 
 def number(study: str, *stems: Iterable[str]) -> str | None:
     """The number ``study``'s page shows: that of its page among the first of ``stems`` (a report's summaries, then
-    its index's entries, ...) that has one, else that of its notebook; None when nothing names it."""
-    for group in (*stems, [notebook_stem(study) or ""]):
+    its index's entries, ...) that has one, else that of its notebook; None when nothing names it. A whole page
+    stem (one of ``stems``, or a numbered one) shows its own number."""
+    groups = [list(g) for g in stems]
+    if page_number(study) or any(study in g for g in groups):
+        return page_number(study)
+    for group in (*groups, [notebook_stem(study) or ""]):
         stem = find(group, study)
         if stem is not None and page_number(stem):
             return page_number(stem)

@@ -849,6 +849,27 @@ def test_the_audit_finds_a_renumbered_study_by_its_pages_name(tmp_path):
         r1.study("06")
 
 
+def test_a_report_finds_a_study_by_its_pages_name_and_shows_the_number_found():
+    r = Report("x", Path("."), {"16_decode_speed": {}, "01_kv_dtype_auto_vs_fp8": {}, "decode_elsewhere": {}})
+    assert (r.stem(pages.DECODE), r.label_of(pages.DECODE)) == ("16_decode_speed", "decode speed (16)")
+    assert (
+        r.label_of(pages.SERVING) == "serving (01)" and r.stem("01_kv_dtype_auto_vs_fp8") == "01_kv_dtype_auto_vs_fp8"
+    )
+    # no page here: the report's index entry's number, else the notebook's
+    assert r.stem(pages.PREFIX) is None and r.label_of(pages.PREFIX) == "prefix cache (07)"
+    r2 = dataclasses.replace(r, index={"notebooks": {"17_prefix_cache": {}}})
+    assert r2.label_of(pages.PREFIX) == "prefix cache (17)"
+    with pytest.raises(audit.Missing, match=r"^no prefix cache \(17\) summary$"):
+        r2.study(pages.PREFIX)
+    # a page without a number (a summary file given under another name) names itself and shows no number
+    assert r.stem("decode_elsewhere") == "decode_elsewhere" and r.number("decode_elsewhere") is None
+    assert r.setting("decode_elsewhere").load is None and r.setting(pages.DECODE).load == "offline batch"
+    assert "report x: decode_elsewhere" in list(audit.evidence_frame(Evidence((r,)))["evidence"])
+    for bad in ("06", "decode", "Decode_speed"):
+        with pytest.raises(KeyError, match="by its page's name"):
+            r.optional(bad)
+
+
 def test_the_audits_study_names_are_the_registered_studies_pages():
     """Each name the audit reads a study by (fp8lab.audit.pages) is a registered study's page name, its notebook is
     that study's, and every claim's evidence is named by one of them (the audit may not import the registry; this
