@@ -68,6 +68,7 @@ here (``from fp8lab import audit; audit.rule_mix``); :data:`__all__` is that mod
 
 from __future__ import annotations
 
+from fp8lab.audit import pages  # noqa: F401  (the studies the audit reads, by their pages' names)
 from fp8lab.audit.claims import (  # noqa: F401
     CLAIMS,
     CLAIMS_BY_ID,
@@ -75,7 +76,6 @@ from fp8lab.audit.claims import (  # noqa: F401
 )
 from fp8lab.audit.evidence import (  # noqa: F401
     OPTIONS_GLOB,
-    STUDIES,
     SUMMARY_GLOB,
     Evidence,
     Missing,

@@ -17,6 +17,15 @@ from fp8lab.audit.match import (
     WEIGHTS_KV,
     ClaimSetting,
 )
+from fp8lab.audit.pages import (
+    CALIBRATION,
+    DECODE,
+    KV_MEMORY,
+    LONG_CONTEXT,
+    PREFIX,
+    QUALITY,
+    SERVING,
+)
 
 
 @dataclass(frozen=True)
@@ -24,7 +33,8 @@ class Claim:
     """One claim of the field reports: ``id`` (a number, with a letter where one report sentence holds two
     claims), ``text`` (a short paraphrase), ``quote`` (the claim as the reports put it, as the project's issues
     record it), ``source`` (the setting it was reported in), ``needs`` (what evidence can decide it, see
-    :data:`Needs`), ``studies`` (the prefixes of the notebooks whose records are its evidence), ``where`` (the
+    :data:`Needs`), ``studies`` (the studies whose records are its evidence, by their pages' names:
+    :mod:`fp8lab.audit.pages`), ``where`` (the
     setting as structured fields, and the dimensions on which another setting can change the answer:
     :class:`~fp8lab.audit.match.ClaimSetting`)."""
 
@@ -59,7 +69,7 @@ CLAIMS: tuple[Claim, ...] = (
         "field reports' general formula (any model)",
         "KV memory = 2 x layers x *attention heads* x head_dim x seq x batch x bytes",
         "any",
-        ("00",),
+        (KV_MEMORY,),
         ClaimSetting("field reports"),
     ),
     Claim(
@@ -68,7 +78,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Llama-3-70B, 128K context (GPU and engine not stated)",
         'about 128 GB of FP16 KV cache ... "32 bytes per token to 8"',
         "any",
-        ("00",),
+        (KV_MEMORY,),
         ClaimSetting(UNSTATED, scale="Llama-3-70B"),
     ),
     Claim(
@@ -77,7 +87,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM; Llama-2-70B on SGLang, A100",
         "FP8 halves the KV cache",
         "gpu",
-        ("00", "01"),
+        (KV_MEMORY, SERVING),
         ClaimSetting("000, 002", KV_ONLY, "vLLM; SGLang", UNSTATED, UNSTATED, "Qwen3-14B; Llama-2-70B"),
     ),
     Claim(
@@ -87,7 +97,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM (GPU not stated)",
         "total peak memory drops only about 23-25% (68.2 -> 52.7 GB on Qwen3-14B; 78,456 -> 59,214 MiB on Llama-2-70B)",
         "gpu-model",
-        ("00", "01"),
+        (KV_MEMORY, SERVING),
         ClaimSetting(**S000, matters=("engine", "device", "load", "scale")),
     ),
     Claim(
@@ -96,7 +106,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM (GPU not stated)",
         "FP8 doubles the supported concurrency (32 -> 64 on Qwen3-14B)",
         "gpu",
-        ("01", "04"),
+        (SERVING, LONG_CONTEXT),
         ClaimSetting(**S000, matters=("intervention", "engine")),
     ),
     Claim(
@@ -105,7 +115,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Llama-2-70B on SGLang, A100",
         "raises it 50% (16 -> 24, Llama-2-70B)",
         "gpu",
-        ("01", "04"),
+        (SERVING, LONG_CONTEXT),
         ClaimSetting(**S002, matters=("intervention", "engine")),
     ),
     Claim(
@@ -114,7 +124,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM; mix (128 in, 64 out), (1024, 256), (8192, 512) at 6:3:1 (GPU not stated)",
         "throughput 1842 -> 1697 tok/s (-7.9%), TTFT 320 -> 298 ms, TPOT 28 -> 34 ms",
         "gpu-model",
-        ("01",),
+        (SERVING,),
         ClaimSetting(**S000, matters=ALL),
     ),
     Claim(
@@ -123,7 +133,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM (GPU not stated)",
         "bf16 runs out of memory at a concurrency where FP8 still runs",
         "gpu",
-        ("04", "01"),
+        (LONG_CONTEXT, SERVING),
         ClaimSetting(**S000, matters=("intervention", "engine")),
     ),
     Claim(
@@ -132,7 +142,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM (GPU not stated)",
         "FP8 raises throughput 18.3%",
         "gpu-model",
-        ("06", "04"),
+        (DECODE, LONG_CONTEXT),
         ClaimSetting(**S000, matters=ALL),
     ),
     Claim(
@@ -142,7 +152,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Llama-2-70B on SGLang, A100",
         "-1.7% at 1, -2.9% at 8, -4.4% at 16 ... TTFT/TPOT barely move",
         "gpu-model",
-        ("01", "06"),
+        (SERVING, DECODE),
         ClaimSetting(**{**S002, "load": OFFLINE}, matters=ALL),
     ),
     Claim(
@@ -151,7 +161,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM (the report's own first benchmark, an HTTP client)",
         "a closed-loop test that did not read the stream reported +30%; a constant-rate streaming test is needed",
         "gpu",
-        ("01",),
+        (SERVING,),
         ClaimSetting(**{**S000, "load": CLOSED_LOOP}, matters=("engine", "device", "load", "scale")),
     ),
     Claim(
@@ -161,7 +171,7 @@ CLAIMS: tuple[Claim, ...] = (
         "field reports' description of the formats",
         'E4M3 has "4 exponent bits and a wider dynamic range", E5M2 "higher precision"',
         "any",
-        ("03", "02"),
+        (QUALITY, CALIBRATION),
         ClaimSetting("field reports (seed 000 states the formats correctly)"),
     ),
     Claim(
@@ -170,7 +180,7 @@ CLAIMS: tuple[Claim, ...] = (
         "field report on vLLM FP8 KV scales (model not stated)",
         "the average difference is below 0.03",
         "any",
-        ("02",),
+        (CALIBRATION,),
         ClaimSetting(UNSTATED, KV_ONLY, "vLLM", matters=("scale",)),
     ),
     Claim(
@@ -179,7 +189,7 @@ CLAIMS: tuple[Claim, ...] = (
         "field report's protocol: first 3 greedy tokens of fp8 vs the baseline (vLLM, GPU)",
         "top-3 token match rate 0.92-0.96",
         "gpu",
-        ("02", "03"),
+        (CALIBRATION, QUALITY),
         ClaimSetting(UNSTATED, KV_ONLY, "vLLM", matters=("intervention", "scale")),
     ),
     Claim(
@@ -188,7 +198,7 @@ CLAIMS: tuple[Claim, ...] = (
         "field report's protocol (vLLM, GPU)",
         "below 0.85 means calibration failed",
         "gpu",
-        ("03", "02"),
+        (QUALITY, CALIBRATION),
         ClaimSetting(UNSTATED, KV_ONLY, "vLLM", matters=("intervention", "scale")),
     ),
     Claim(
@@ -197,7 +207,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports, 128K (model, GPU and engine not stated)",
         "P99 12.4 s -> 5.7 s",
         "gpu-model",
-        ("04",),
+        (LONG_CONTEXT,),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -206,7 +216,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports, 128K",
         'FP8 + block 256 raise the KV "hit rate"',
         "gpu",
-        ("04",),
+        (LONG_CONTEXT,),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -215,7 +225,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports (model, GPU and engine not stated)",
         "+130% at batch 1, narrowing as batch grows",
         "gpu-model",
-        ("06", "01"),
+        (DECODE, SERVING),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -224,7 +234,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports (model, GPU, engine not stated)",
         "TTFT -47%, ITL -65% at 128K",
         "gpu-model",
-        ("06", "04"),
+        (DECODE, LONG_CONTEXT),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -233,7 +243,7 @@ CLAIMS: tuple[Claim, ...] = (
         "field report on vLLM (version not stated)",
         "per-head scales updated dynamically during decode",
         "gpu",
-        ("02",),
+        (CALIBRATION,),
         ClaimSetting(UNSTATED, KV_ONLY, "vLLM", matters=("engine",)),
     ),
     Claim(
@@ -252,7 +262,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM / SGLang (GPU not stated)",
         "radix cache hit rate 68.3 -> 67.9%",
         "gpu",
-        ("07",),
+        (PREFIX,),
         ClaimSetting(**{**S002, "scale": "Qwen3-14B"}, matters=("intervention", "engine")),
     ),
     Claim(
@@ -261,7 +271,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen3-14B on vLLM (GPU not stated)",
         "TPOT P95 of long requests improves",
         "gpu-model",
-        ("06", "01"),
+        (DECODE, SERVING),
         ClaimSetting(**S000, matters=ALL),
     ),
     Claim(
@@ -306,7 +316,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports, 128K",
         "128K throughput 18 -> 42 tok/s",
         "gpu-model",
-        ("06",),
+        (DECODE,),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -315,7 +325,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports, 128K",
         "chunked prefill 42 -> 51 tok/s",
         "gpu-model",
-        ("04",),
+        (LONG_CONTEXT,),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -324,7 +334,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports",
         "TTFT spread one fifth of FP16's",
         "gpu-model",
-        ("01",),
+        (SERVING,),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -351,7 +361,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports",
         "the silent failure past E4M3's 448",
         "any",
-        ("02",),
+        (CALIBRATION,),
         ClaimSetting(**S003),
     ),
     Claim(
@@ -360,7 +370,7 @@ CLAIMS: tuple[Claim, ...] = (
         "long-context field reports",
         '"random tokens are worthless" for testing',
         "any",
-        ("04",),
+        (LONG_CONTEXT,),
         ClaimSetting(**S003),
     ),
     # ------------------------------------------------------------------ claims of the seeds added by issue 35
@@ -371,7 +381,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 002 (SGLang; its Hopper remark)",
         "Hopper's native FP8 removes the conversion overhead; on H200 memory saved with throughput unchanged or better",
         "gpu-model",
-        ("06", "01"),
+        (DECODE, SERVING),
         ClaimSetting(**{**S002, "device": "Hopper", "scale": UNSTATED}, matters=("intervention", "engine", "load")),
     ),
     Claim(
@@ -380,7 +390,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 000 (Qwen3-14B on vLLM)",
         "for short requests at low concurrency FP8 may slow inference",
         "gpu-model",
-        ("06", "01"),
+        (DECODE, SERVING),
         ClaimSetting(**S000, matters=("intervention", "engine")),
     ),
     Claim(
@@ -389,7 +399,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 000 (Qwen3-14B on vLLM, concurrency up to 64)",
         "decode is compute-bound rather than bandwidth-bound",
         "any",
-        ("06",),
+        (DECODE,),
         ClaimSetting(**S000),
     ),
     Claim(
@@ -398,7 +408,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 000 (Qwen3-14B on vLLM)",
         "raising concurrency from 32 to 64 raises preemption",
         "gpu-model",
-        ("01",),
+        (SERVING,),
         ClaimSetting(**{**S000, "load": CLOSED_LOOP}, matters=("intervention", "engine", "device", "scale")),
     ),
     Claim(
@@ -407,7 +417,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 000 (vLLM, GPUs without FP8 Tensor Cores)",
         "without native support vLLM falls back to software emulation and must be slower",
         "any",
-        ("06",),
+        (DECODE,),
         ClaimSetting(**{**S000, "device": "A100"}),
     ),
     Claim(
@@ -425,7 +435,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 000's own load-test script (an OpenAI-compatible vLLM server)",
         "streaming claimed; the script's request body has no stream field",
         "any",
-        ("01",),
+        (SERVING,),
         ClaimSetting(**S000),
     ),
     Claim(
@@ -434,7 +444,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 002 (Llama-2-70B on SGLang, A100)",
         "E4M3 is enough to keep generation quality",
         "any",
-        ("03", "02"),
+        (QUALITY, CALIBRATION),
         ClaimSetting(**S002, matters=("engine", "scale")),
     ),
     Claim(
@@ -443,7 +453,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 003 (FP8 weights + KV, A100)",
         "GSM8K -9.2% when loading bf16",
         "gpu-model",
-        ("03",),
+        (QUALITY,),
         ClaimSetting(**S003, matters=("intervention", "scale")),
     ),
     Claim(
@@ -461,7 +471,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 003 (FP8 weights + KV, A100)",
         "cost per second 38%",
         "any",
-        ("06",),
+        (DECODE,),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -470,7 +480,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 003 (FP8 weights + KV, A100)",
         "+26.5% hit rate with +31% throughput",
         "gpu-model",
-        ("07",),
+        (PREFIX,),
         ClaimSetting(**S003, matters=ALL),
     ),
     Claim(
@@ -479,7 +489,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 003 (FP8 weights + KV, A100)",
         "outputs mixed with a previous request's KV",
         "gpu",
-        ("07",),
+        (PREFIX,),
         ClaimSetting(**S003, matters=("intervention", "engine", "device")),
     ),
     Claim(
@@ -488,7 +498,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 003 (128K context, block size 16 / 256)",
         "a 16,384-entry page table",
         "any",
-        ("04",),
+        (LONG_CONTEXT,),
         ClaimSetting(**S003),
     ),
     Claim(
@@ -497,7 +507,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 003",
         'logits x 0.95 "40% more stable"',
         "any",
-        ("03",),
+        (QUALITY,),
         ClaimSetting(**S003),
     ),
     Claim(
@@ -525,7 +535,7 @@ CLAIMS: tuple[Claim, ...] = (
         "seed 003 (long context)",
         "YaRN factor 4 raising recall 68% -> 92%",
         "gpu-model",
-        ("04",),
+        (LONG_CONTEXT,),
         ClaimSetting(**S003, matters=("scale",)),
     ),
 )

@@ -17,20 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab import kvmath, summary_table
-from fp8lab.audit import match
+from fp8lab.audit import match, pages
 from fp8lab.paths import CONFIGS_DIR, REPO_ROOT, TINY_MODEL_NAME
-
-#: Study prefixes and what they are, for messages and links.
-STUDIES: Mapping[str, str] = {
-    "00": "KV memory (00)",
-    "01": "serving (01)",
-    "02": "calibration (02)",
-    "03": "quality (03)",
-    "04": "long context (04)",
-    "06": "decode speed (06)",
-    "07": "prefix cache (07)",
-    "08": "KV dtype matrix (08)",
-}
 
 
 # ------------------------------------------------------------------------------------------------ evidence
@@ -100,29 +88,39 @@ class Report:
     #: beside their summary; a study rendered before the typed table has none (its flat summary is read instead).
     rows: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
-    def stem(self, prefix: str) -> str | None:
-        """The notebook stem of study ``prefix`` (``"01"``) in this report, or None."""
-        return next((s for s in sorted(self.summaries) if s.startswith(prefix + "_")), None)
+    def stem(self, study: str) -> str | None:
+        """The page stem of ``study`` in this report (``06_decode_speed`` for ``decode_speed``: a study is named by
+        its page's name without the number, :mod:`fp8lab.audit.pages`, or by a whole page stem), or None."""
+        return pages.find(self.summaries, study)
 
-    def study(self, prefix: str) -> Mapping[str, Any]:
-        """Study ``prefix``'s summary; raises :class:`Missing` when the study has no summary here."""
-        stem = self.stem(prefix)
+    def number(self, study: str) -> str | None:
+        """The study number ``study``'s page shows here: its summary's page's, else (no summary here) its index
+        entry's, else its notebook's (:func:`fp8lab.audit.pages.number`); None when nothing names it."""
+        return pages.number(study, self.summaries, (self.index.get("notebooks") or {}))
+
+    def label_of(self, study: str) -> str:
+        """``decode speed (06)``: ``study`` in messages, with the number its page shows here."""
+        return pages.label(study, self.number(study))
+
+    def study(self, study: str) -> Mapping[str, Any]:
+        """``study``'s summary; raises :class:`Missing` when the study has no summary here."""
+        stem = self.stem(study)
         if stem is None:
-            raise Missing(f"no {STUDIES.get(prefix, prefix)} summary")
+            raise Missing(f"no {self.label_of(study)} summary")
         return self.summaries[stem]
 
-    def optional(self, prefix: str) -> Mapping[str, Any] | None:
-        stem = self.stem(prefix)
+    def optional(self, study: str) -> Mapping[str, Any] | None:
+        stem = self.stem(study)
         return None if stem is None else self.summaries[stem]
 
-    def study_rows(self, prefix: str) -> Sequence[Mapping[str, Any]] | None:
-        """Study ``prefix``'s typed rows, or None when its summary has no rows file beside it (or no summary)."""
-        stem = self.stem(prefix)
+    def study_rows(self, study: str) -> Sequence[Mapping[str, Any]] | None:
+        """``study``'s typed rows, or None when its summary has no rows file beside it (or no summary)."""
+        stem = self.stem(study)
         return None if stem is None else self.rows.get(stem)
 
-    def setting(self, prefix: str) -> Setting:
-        """The setting of study ``prefix`` here (see the module docstring for where it is read)."""
-        return study_setting(self, prefix)
+    def setting(self, study: str) -> Setting:
+        """The setting of ``study`` here (see the module docstring for where it is read)."""
+        return study_setting(self, study)
 
 
 @functools.lru_cache(maxsize=64)
@@ -154,11 +152,13 @@ def _records_facts(archive: str) -> dict[str, Any]:
     }
 
 
-def study_setting(rep: Report, prefix: str) -> Setting:
-    """Device, model, vLLM version and CUDA graphs of study ``prefix`` in ``rep``: the study's own summary (Study
-    06 records them), the report's ``summary.json`` entry (``ran_on``, ``parameters``), the report's committed
-    records (``records/<prefix>_*.tar.gz``) and, last, the report's own provenance (the machine that rendered it)."""
-    stem = rep.stem(prefix)
+def study_setting(rep: Report, study: str) -> Setting:
+    """Device, model, vLLM version and CUDA graphs of ``study`` (a name of :mod:`fp8lab.audit.pages` or a page stem)
+    in ``rep``: the study's own summary (the decode study records them), the report's ``summary.json`` entry
+    (``ran_on``, ``parameters``), the report's committed records (``records/<its number>_*.tar.gz``) and, last, the
+    report's own provenance (the machine that rendered it)."""
+    stem = rep.stem(study)
+    num = rep.number(study)
     s = rep.summaries.get(stem, {}) if stem else {}
     e = ((rep.index.get("notebooks") or {}).get(stem) or {}) if stem else {}
     ran, params = e.get("ran_on") or {}, e.get("parameters") or {}
@@ -177,8 +177,8 @@ def study_setting(rep: Report, prefix: str) -> Setting:
     )
     load_format = s.get("load_format") or params.get("LOAD_FORMAT")
     sources = ["summary" if s.get("device") else "runs' provenance" if run_device else "summary.json" if ran else ""]
-    if device is None or vllm is None or graphs is None:
-        for archive in sorted(glob.glob(str(rep.path / "records" / f"{prefix}_*.tar.gz"))):
+    if (device is None or vllm is None or graphs is None) and num:
+        for archive in sorted(glob.glob(str(rep.path / "records" / f"{num}_*.tar.gz"))):
             facts = _records_facts(archive)
             if facts:
                 device, vllm = device or facts["device"], vllm or facts["vllm"]
@@ -196,7 +196,13 @@ def study_setting(rep: Report, prefix: str) -> Setting:
     if device and str(device).upper().startswith("CPU"):
         graphs = False  # the CPU build has no CUDA graphs
     return Setting(
-        device, model, vllm, graphs, load_format, ", ".join(x for x in sources if x), match.STUDY_LOAD.get(prefix)
+        device,
+        model,
+        vllm,
+        graphs,
+        load_format,
+        ", ".join(x for x in sources if x),
+        match.STUDY_LOAD.get(pages.page_name(study)),
     )
 
 
@@ -215,6 +221,10 @@ class Evidence:
 
     def config(self, name: str) -> kvmath.KVLayout | None:
         return next((c for c in self.configs if c.name == name), None)
+
+    def number(self, study: str) -> str | None:
+        """The study number ``study``'s page shows in the first report that has one, else its notebook's."""
+        return pages.number(study, *(r.summaries for r in self.reports))
 
 
 # ====================================================================================== loading evidence

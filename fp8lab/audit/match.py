@@ -28,21 +28,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fp8lab.audit import pages
+
 #: The dimensions of a setting, in the order they are named.
 DIMENSIONS: tuple[str, ...] = ("intervention", "engine", "device", "load", "scale")
 UNSTATED = "unstated"
 KV_ONLY, WEIGHTS_KV = "KV only", "FP8 weights + KV"
 OPEN_LOOP, CLOSED_LOOP, OFFLINE = "open-loop rate", "closed-loop concurrency", "offline batch"
-#: How each study loads the engine (its evidence's ``load``): Study 01's closed-loop sweep (its open loop is named
-#: by the rule that reads it), Study 07's multi-turn clients, the others a fixed batch or single requests.
+#: How each study loads the engine (its evidence's ``load``), by its page's name (:mod:`fp8lab.audit.pages`): the
+#: serving study's closed-loop sweep (its open loop is named by the rule that reads it), the prefix-cache study's
+#: multi-turn clients, the others a fixed batch or single requests.
 STUDY_LOAD: Mapping[str, str] = {
-    "00": OFFLINE,
-    "01": CLOSED_LOOP,
-    "02": OFFLINE,
-    "03": OFFLINE,
-    "04": OFFLINE,
-    "06": OFFLINE,
-    "07": CLOSED_LOOP,
+    pages.KV_MEMORY: OFFLINE,
+    pages.SERVING: CLOSED_LOOP,
+    pages.CALIBRATION: OFFLINE,
+    pages.QUALITY: OFFLINE,
+    pages.LONG_CONTEXT: OFFLINE,
+    pages.DECODE: OFFLINE,
+    pages.PREFIX: CLOSED_LOOP,
 }
 #: Parameter counts (billions) of the models fp8lab runs, by folder name, where the name does not say it.
 MODEL_BILLIONS: Mapping[str, float] = {"fp8lab-tiny-qwen3": 0.0068}

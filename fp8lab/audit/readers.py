@@ -12,15 +12,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fp8lab import summary_table
-from fp8lab.audit.evidence import STUDIES, Missing, Report
+from fp8lab.audit import pages
+from fp8lab.audit.evidence import Missing, Report
+from fp8lab.audit.pages import CALIBRATION, DECODE, LONG_CONTEXT, QUALITY, SERVING
 from fp8lab.audit.scale import MAD_SIGMA, MAX_FP8_STEP_CUT, PHYSICS, REFUTED, Z80, Z95, Finding, finding
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def finite_key(s: Mapping[str, Any], key: str, study: str = "") -> Any:
+def finite_key(s: Mapping[str, Any], key: str, what: str = "") -> Any:
+    """``s[key]``, finite; raises :class:`Missing` naming ``what`` summary (``Report.label_of``) when it is not."""
     v = s.get(key)
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        raise Missing(f"{STUDIES.get(study, study)} summary has no '{key}'".strip())
+        raise Missing(f"{what} summary has no '{key}'".strip())
     return v
 
 
@@ -32,19 +35,22 @@ def fp8_candidate(s: Mapping[str, Any]) -> str:
     return "fp8" if "fp8" in cands else cands[0]
 
 
-def _delta(s: Mapping[str, Any], metric: str) -> Mapping[str, Any]:
-    """Study 01's recorded delta of ``metric`` (``"output tok/s @c=16"``) for the candidate dtype."""
+def _delta(rep: Report, metric: str) -> Mapping[str, Any]:
+    """The serving study's recorded delta of ``metric`` (``"output tok/s @c=16"``) for the candidate dtype, from
+    its flat summary in ``rep``."""
+    s = rep.study(SERVING)
     key = f"{fp8_candidate(s)}: {metric}"
     d = (s.get("deltas") or {}).get(key)
     if not d or any(d.get(k) is None for k in ("delta_pct", "lo_pct", "hi_pct")):
-        raise Missing(f"serving (01) summary has no delta '{key}'")
+        raise Missing(f"{rep.label_of(SERVING)} summary has no delta '{key}'")
     return d
 
 
 # ------------------------------------------------------------------------------- typed rows (Studies 01, 03)
 #: Studies whose typed rows (:mod:`fp8lab.summary_table`) the rules read by field where a report has them; a
 #: report rendered before the typed table existed has only the flat summary, which is read as before.
-ROW_STUDIES: Mapping[str, str] = {"01": "serving", "02": "calibration", "03": "quality", "06": "decode"}
+#: By page name (:mod:`fp8lab.audit.pages`), each with its rows' ``study`` field (:data:`fp8lab.summary_table.STUDIES`).
+ROW_STUDIES: Mapping[str, str] = {SERVING: "serving", CALIBRATION: "calibration", QUALITY: "quality", DECODE: "decode"}
 #: Each Study 01 delta the rules name: its row metric and setting, under the flat summary's name of the delta.
 SERVING_DELTAS: Mapping[str, tuple[str, str]] = {
     "output tok/s": ("output_tok_s", "closed loop"),
@@ -60,18 +66,18 @@ SERVING_DELTAS: Mapping[str, tuple[str, str]] = {
 QUALITY_BASELINE = "auto"
 
 
-def _one_row(rows: Sequence[Mapping[str, Any]], prefix: str, **sel: Any) -> Mapping[str, Any]:
+def _one_row(rep: Report, rows: Sequence[Mapping[str, Any]], study: str, **sel: Any) -> Mapping[str, Any]:
     try:
-        return summary_table.one(rows, study=ROW_STUDIES[prefix], **sel)
+        return summary_table.one(rows, study=ROW_STUDIES[study], **sel)
     except LookupError as e:
-        raise Missing(f"{STUDIES[prefix]} rows: {e}") from None
+        raise Missing(f"{rep.label_of(study)} rows: {e}") from None
 
 
-def _row_pair(rows: Sequence[Mapping[str, Any]], prefix: str) -> tuple[str, str]:
+def _row_pair(rep: Report, rows: Sequence[Mapping[str, Any]], study: str) -> tuple[str, str]:
     """(candidate, baseline) of a study's change rows: ``fp8`` where it is a candidate, else the first one."""
-    changes = [r for r in rows if r["study"] == ROW_STUDIES[prefix] and r["baseline"] is not None]
+    changes = [r for r in rows if r["study"] == ROW_STUDIES[study] and r["baseline"] is not None]
     if not changes:
-        raise Missing(f"{STUDIES[prefix]} rows hold no change against a baseline")
+        raise Missing(f"{rep.label_of(study)} rows hold no change against a baseline")
     cands = list(dict.fromkeys(r["kv_dtype"] for r in changes))
     cand = "fp8" if "fp8" in cands else cands[0]
     return cand, next(r["baseline"] for r in changes if r["kv_dtype"] == cand)
@@ -79,15 +85,15 @@ def _row_pair(rows: Sequence[Mapping[str, Any]], prefix: str) -> tuple[str, str]
 
 def serving_candidate(rep: Report) -> str:
     """Study 01's FP8 dtype: from its rows (by field) where it has them, else its flat summary (:func:`fp8_candidate`)."""
-    rows = rep.study_rows("01")
-    return fp8_candidate(rep.study("01")) if rows is None else _row_pair(rows, "01")[0]
+    rows = rep.study_rows(SERVING)
+    return fp8_candidate(rep.study(SERVING)) if rows is None else _row_pair(rep, rows, SERVING)[0]
 
 
 def serving_concurrency(rep: Report, setting: str = "closed loop") -> list[int]:
     """Study 01's closed-loop concurrencies (``setting`` ``closed loop, not streamed``: the non-reading client's)."""
-    rows = rep.study_rows("01")
+    rows = rep.study_rows(SERVING)
     if rows is None:
-        s = rep.study("01")
+        s = rep.study(SERVING)
         return (
             _sorted_concurrency(s)
             if setting == "closed loop"
@@ -105,12 +111,12 @@ def serving_concurrency(rep: Report, setting: str = "closed loop") -> list[int]:
 
 def serving_headline_concurrency(rep: Report) -> int:
     """Study 01's headline concurrency: the largest of its closed-loop sweep."""
-    rows = rep.study_rows("01")
+    rows = rep.study_rows(SERVING)
     if rows is None:
-        return int(finite_key(rep.study("01"), "headline_concurrency", "01"))
+        return int(finite_key(rep.study(SERVING), "headline_concurrency", rep.label_of(SERVING)))
     cs = serving_concurrency(rep)
     if not cs:
-        raise Missing("serving (01) rows hold no closed-loop throughput")
+        raise Missing(f"{rep.label_of(SERVING)} rows hold no closed-loop throughput")
     return max(cs)
 
 
@@ -118,14 +124,16 @@ def serving_delta(rep: Report, name: str, concurrency: int) -> Mapping[str, Any]
     """Study 01's paired delta ``name`` (a key of :data:`SERVING_DELTAS`) at ``concurrency`` for its FP8 dtype, as
     ``{delta_pct, lo_pct, hi_pct, ...}``: the row selected by field (metric, setting, concurrency, kv dtype,
     baseline) where the report has rows (``read_from: rows``), else the flat summary's ``deltas`` entry."""
-    rows = rep.study_rows("01")
+    rows = rep.study_rows(SERVING)
     if rows is None:
-        return _delta(rep.study("01"), f"{name} @c={concurrency}")
+        return _delta(rep, f"{name} @c={concurrency}")
     metric, setting = SERVING_DELTAS[name]
-    cand, base = _row_pair(rows, "01")
-    r = _one_row(rows, "01", metric=metric, setting=setting, concurrency=int(concurrency), kv_dtype=cand, baseline=base)
+    cand, base = _row_pair(rep, rows, SERVING)
+    r = _one_row(
+        rep, rows, SERVING, metric=metric, setting=setting, concurrency=int(concurrency), kv_dtype=cand, baseline=base
+    )
     if r["ci_low"] is None:
-        raise Missing(f"serving (01) row {metric} @c={concurrency} has no interval")
+        raise Missing(f"{rep.label_of(SERVING)} row {metric} @c={concurrency} has no interval")
     return {
         "delta_pct": r["value"],
         "lo_pct": r["ci_low"],
@@ -139,8 +147,8 @@ def serving_delta(rep: Report, name: str, concurrency: int) -> Mapping[str, Any]
 
 def serving_has_delta(rep: Report, name: str, concurrency: int) -> bool:
     """Whether Study 01 recorded delta ``name`` at ``concurrency`` (a row by field, else a flat summary entry)."""
-    if rep.study_rows("01") is None:
-        s = rep.study("01")
+    if rep.study_rows(SERVING) is None:
+        s = rep.study(SERVING)
         return f"{fp8_candidate(s)}: {name} @c={concurrency}" in (s.get("deltas") or {})
     try:
         serving_delta(rep, name, concurrency)
@@ -151,9 +159,9 @@ def serving_has_delta(rep: Report, name: str, concurrency: int) -> bool:
 
 def serving_preemptions(rep: Report) -> dict[int, dict[str, float]]:
     """Study 01's preemptions per closed-loop concurrency and dtype (summed over trials)."""
-    rows = rep.study_rows("01")
+    rows = rep.study_rows(SERVING)
     if rows is None:
-        s = rep.study("01")
+        s = rep.study(SERVING)
         return {int(k): v for k, v in (s.get("preemptions_by_concurrency") or {}).items()}
     out: dict[int, dict[str, float]] = {}
     for r in summary_table.select(rows, study="serving", metric="preemptions", setting="closed loop"):
@@ -164,9 +172,9 @@ def serving_preemptions(rep: Report) -> dict[int, dict[str, float]]:
 def serving_figure(rep: Report, summary_key: str, metric: str, kv_dtype: str, **sel: Any) -> Any:
     """One dtype's own figure of Study 01 (no baseline): the row ``metric`` selected by field where the report has
     rows, else the flat summary's ``summary_key``; None when absent."""
-    rows = rep.study_rows("01")
+    rows = rep.study_rows(SERVING)
     if rows is None:
-        return rep.study("01").get(summary_key)
+        return rep.study(SERVING).get(summary_key)
     hits = summary_table.select(rows, study="serving", metric=metric, kv_dtype=kv_dtype, baseline=None, **sel)
     return hits[0]["value"] if len(hits) == 1 else None
 
@@ -175,8 +183,8 @@ def calibration_scale_diffs(rep: Report, prompt_set: str) -> tuple[dict[str, flo
     """Study 02's scales from ``prompt_set`` against the large set's: ``({"<format>/<granularity>": mean absolute
     difference}, {same keys: mean relative difference})``, in the flat summary's key order; from its rows by field
     where the report has them, else its flat summary's ``absdiff.*`` / ``reldiff.*`` keys."""
-    rows = rep.study_rows("02")
-    s = rep.study("02")
+    rows = rep.study_rows(CALIBRATION)
+    s = rep.study(CALIBRATION)
     if rows is None:
         pat = re.compile(rf"^absdiff\.{re.escape(prompt_set)}\.(?P<fmt>[^.]+)\.(?P<st>[^.]+)\.mean$")
         means = {f"{m['fmt']}/{m['st']}": float(v) for k, v in s.items() if (m := pat.match(k)) and v is not None}
@@ -196,9 +204,9 @@ def calibration_quality(rep: Report, metric: str, label_prefix: str = "fp8+") ->
     configs whose label starts with ``label_prefix``, in the flat summary's key order; from its rows by field where
     the report has them, else its flat summary's ``quality.<label>.<metric>`` keys."""
     key = {"top3_match": "top3_match", "ppl": "delta_ppl_pct"}[metric]
-    rows = rep.study_rows("02")
+    rows = rep.study_rows(CALIBRATION)
     if rows is None:
-        s = rep.optional("02") or {}
+        s = rep.optional(CALIBRATION) or {}
         head, tail = f"quality.{label_prefix}", f".{key}"
         return {
             k[len("quality.") : -len(tail)]: float(v)
@@ -219,9 +227,9 @@ def quality_top3(rep: Report) -> dict[str, Any]:
     """Study 03's top-3 match rates: ``overall`` ``{config label: rate}`` and ``by_category`` ``{label: {category:
     rate}}`` of its candidates (the baseline left out), and ``ci`` (the ``fp8`` config's 95% CI, or None); from its
     rows by field where the report has them, else from its flat summary."""
-    rows = rep.study_rows("03")
+    rows = rep.study_rows(QUALITY)
     if rows is None:
-        s03 = rep.study("03")
+        s03 = rep.study(QUALITY)
         labels = (s03.get("labels") or [])[1:]
         ci = (s03.get("fp8.top3_ci_lo"), s03.get("fp8.top3_ci_hi"))
         return {
@@ -295,11 +303,12 @@ def _sorted_concurrency(s: Mapping[str, Any]) -> list[int]:
     return sorted(int(c) for c in (s.get("concurrency") or []))
 
 
-def ramp_noise(s04: Mapping[str, Any], metric: str = "e2e_p50_s") -> tuple[float, str]:
+def ramp_noise(s04: Mapping[str, Any], metric: str = "e2e_p50_s", what: str | None = None) -> tuple[float, str]:
     """The detectable change (fraction) of a ratio of two single timed requests in Study 04: from the ramp's own
     scatter around its quadratic fits (``{dtype}.fit.{metric}.a/b/c`` over the one-at-a-time points), sigma =
     1.4826 x the median |residual| / value (a robust statistic; it includes any misfit, so it errs large), and a
-    ratio of two such runs resolves 1.96 x sqrt(2) x sigma. Raises :class:`Missing` without fits."""
+    ratio of two such runs resolves 1.96 x sqrt(2) x sigma. Raises :class:`Missing` without fits, naming ``what``
+    (the study as ``Report.label_of`` shows it; None: as its notebook is numbered)."""
     res = []
     lengths = [int(x) for x in s04.get("lengths") or []]
     for dt in s04.get("kv_dtypes") or []:
@@ -312,7 +321,9 @@ def ramp_noise(s04: Mapping[str, Any], metric: str = "e2e_p50_s") -> tuple[float
             if y:
                 res.append(abs(float(y) - (a + b * L + c * L * L)) / float(y))
     if len(res) < 3:
-        raise Missing(f"long context (04) summary has no ramp fit of {metric}")
+        raise Missing(
+            f"{what or pages.label(LONG_CONTEXT, pages.number(LONG_CONTEXT))} summary has no ramp fit of {metric}"
+        )
     res.sort()
     med = res[len(res) // 2] if len(res) % 2 else (res[len(res) // 2 - 1] + res[len(res) // 2]) / 2
     d = Z95 * math.sqrt(2) * MAD_SIGMA * med
@@ -323,11 +334,12 @@ def ramp_noise(s04: Mapping[str, Any], metric: str = "e2e_p50_s") -> tuple[float
     )
 
 
-def decode_points(s06: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Study 06's paired points (fp8/auto step ratio with its 95% t interval); raises :class:`Missing`."""
+def decode_points(s06: Mapping[str, Any], what: str | None = None) -> list[dict[str, Any]]:
+    """Study 06's paired points (fp8/auto step ratio with its 95% t interval); raises :class:`Missing` naming
+    ``what`` (the study as ``Report.label_of`` shows it; None: as its notebook is numbered)."""
     pts = [p for p in s06.get("points") or [] if p.get("ratio") is not None and p.get("ratio_ci_low") is not None]
     if not pts:
-        raise Missing("decode speed (06) summary has no paired points")
+        raise Missing(f"{what or pages.label(DECODE, pages.number(DECODE))} summary has no paired points")
     return pts
 
 
@@ -353,10 +365,10 @@ def decode_grid(rep: Report) -> list[dict[str, Any]]:
     """Study 06's paired points (``batch``, ``context_len``, the fp8/auto step ``ratio`` with ``ratio_ci_low`` /
     ``ratio_ci_high``, ``beyond_noise``): its change rows selected by field where the report has rows (in their
     order, the grid's), else its flat summary's ``points`` (:func:`decode_points`); raises :class:`Missing`."""
-    rows = rep.study_rows("06")
+    rows = rep.study_rows(DECODE)
     if rows is None:
-        return decode_points(rep.study("06"))
-    cand, base = _row_pair(rows, "06")
+        return decode_points(rep.study(DECODE), rep.label_of(DECODE))
+    cand, base = _row_pair(rep, rows, DECODE)
     pts = [
         {
             "batch": r["batch"],
@@ -373,7 +385,7 @@ def decode_grid(rep: Report) -> list[dict[str, Any]]:
         if r["ci_low"] is not None
     ]
     if not pts:
-        raise Missing("decode speed (06) rows hold no paired points")
+        raise Missing(f"{rep.label_of(DECODE)} rows hold no paired points")
     return pts
 
 
@@ -395,7 +407,7 @@ def decode_detectable(rep: Report) -> str:
         if p["ratio_ci_low"] and p["ratio_ci_low"] > 0
     )
     if not det:
-        return _decode_detectable(rep.study("06")) if rep.study_rows("06") is None else "the points' 95% CIs"
+        return _decode_detectable(rep.study(DECODE)) if rep.study_rows(DECODE) is None else "the points' 95% CIs"
     k = len(det) // 2
     med = det[k] if len(det) % 2 else (det[k - 1] + det[k]) / 2
     ns = sorted({int(p["n"]) for p in pts if p.get("n")})

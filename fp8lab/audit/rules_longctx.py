@@ -8,7 +8,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fp8lab.audit import pages
 from fp8lab.audit.evidence import Evidence, Missing, Report, Setting
+from fp8lab.audit.pages import DECODE, LONG_CONTEXT, PREFIX, SERVING
 from fp8lab.audit.readers import (
     decode_detectable,
     decode_grid,
@@ -49,7 +51,7 @@ def rule_long_capacity(rep: Report) -> Finding:
     01: auto preempted where FP8 did not. How it runs out is stated beside the verdict, not judged: vLLM does not
     fail when the KV cache is full, it queues or preempts (recomputes) requests, so "out of memory" is a full KV
     cache, not an error (the outcomes Study 04 recorded beyond auto's limit are shown)."""
-    s04, s01 = rep.optional("04"), rep.optional("01")
+    s04, s01 = rep.optional(LONG_CONTEXT), rep.optional(SERVING)
     if s04 is not None:
         c = fp8_candidate(s04)
         lengths = [
@@ -64,13 +66,13 @@ def rule_long_capacity(rep: Report) -> Finding:
             return finding(
                 CONFIRMED if f > a else REFUTED,
                 f"at {L:,} tokens: auto held {a} requests without preemption, {c} {f}; auto's outcomes beyond its "
-                f"limit: {', '.join(sorted(outcomes & set(LIMITED))) or 'none recorded'} (04)",
+                f"limit: {', '.join(sorted(outcomes & set(LIMITED))) or 'none recorded'} ({rep.number(LONG_CONTEXT)})",
                 f"between {a + 1} and {f} concurrent requests auto's KV cache is full while FP8 runs them all; vLLM "
                 "then queues or preempts (recomputes) requests: no out-of-memory error"
                 if f > a
                 else "no concurrency where only FP8 fits",
                 {"length": L, "auto": a, "fp8": f},
-                setting=rep.setting("04"),
+                setting=rep.setting(LONG_CONTEXT),
                 detectable="+-1 request",
             )
     if s01 is not None:
@@ -79,13 +81,13 @@ def rule_long_capacity(rep: Report) -> Finding:
         if pa is not None and pf is not None and pa > 0 and pf == 0:
             return finding(
                 CONFIRMED,
-                f"preemptions at c={s01.get('headline_concurrency')}: auto {pa:g}, {c} {pf:g} (01)",
+                f"preemptions at c={s01.get('headline_concurrency')}: auto {pa:g}, {c} {pf:g} ({rep.number(SERVING)})",
                 "auto's KV cache was full where FP8's was not (vLLM preempts rather than failing)",
                 {"preemptions": [pa, pf]},
-                setting=rep.setting("01"),
+                setting=rep.setting(SERVING),
                 detectable="one preemption",
             )
-    raise Missing("no frontier (04) and no preemption contrast (01)")
+    raise Missing(f"no frontier ({rep.number(LONG_CONTEXT)}) and no preemption contrast ({rep.number(SERVING)})")
 
 
 @per_report("6b")
@@ -95,7 +97,7 @@ def rule_long_speed(rep: Report) -> Finding:
     refuted when the physics bound rules it out; otherwise inconclusive, since the claim's concurrency is not stated
     and the gain grows with the batch (the largest measured batch's gain is shown). Without Study 06: Study 04's two
     single requests (E2E ratio at its concurrency) with the ramp's detectable effect (ramp_noise)."""
-    s06 = rep.optional("06")
+    s06 = rep.optional(DECODE)
     if s06 is not None:
         pts = decode_grid(rep)
         ctx = min({int(p["context_len"]) for p in pts}, key=lambda x: abs(x - CLAIM6_LENGTH))
@@ -114,16 +116,16 @@ def rule_long_speed(rep: Report) -> Finding:
         v = CONFIRMED if HOLDS in outs.values() else INCONCLUSIVE
         return finding(
             v,
-            f"decode throughput gain at {ctx:,} tokens (06): {text} (claimed +18.3%)",
+            f"decode throughput gain at {ctx:,} tokens ({rep.number(DECODE)}): {text} (claimed +18.3%)",
             "a batch reaches the claimed gain"
             if v == CONFIRMED
             else f"the gain grows with the batch and the claim's concurrency is not stated: up to B={at[-1]['batch']} "
             "these runs do not reach +18.3%, larger batches were not measured at this length",
             {"context": ctx, "outcomes": outs},
-            setting=rep.setting("06"),
+            setting=rep.setting(DECODE),
             detectable=decode_detectable(rep),
         )
-    s04 = rep.study("04")
+    s04 = rep.study(LONG_CONTEXT)
     c, C = fp8_candidate(s04), s04.get("concurrency")
     held = [
         int(L)
@@ -133,17 +135,17 @@ def rule_long_speed(rep: Report) -> Finding:
         and s04.get(f"{c}.c{C}.L{L}.e2e_p50_s")
     ]
     if not held:
-        raise Missing("no length where both dtypes ran the long requests (04)")
+        raise Missing(f"no length where both dtypes ran the long requests ({rep.number(LONG_CONTEXT)})")
     L = min(held, key=lambda x: abs(x - CLAIM6_LENGTH))
     gain = float(s04[f"auto.c{C}.L{L}.e2e_p50_s"]) / float(s04[f"{c}.c{C}.L{L}.e2e_p50_s"]) - 1
-    d, dtext = ramp_noise(s04)
+    d, dtext = ramp_noise(s04, what=rep.label_of(LONG_CONTEXT))
     out = judge(100 * (gain - d), 100 * (gain + d), CLAIM6_GAIN)
     return finding(
         outcome_verdict(out),
-        f"{C} requests of {L:,} tokens: E2E gain {pct(gain)} (04, one run)",
+        f"{C} requests of {L:,} tokens: E2E gain {pct(gain)} ({rep.number(LONG_CONTEXT)}, one run)",
         f"judged on one request per dtype: {out}",
         {"gain": gain, "length": L, "detectable": d},
-        setting=rep.setting("04"),
+        setting=rep.setting(LONG_CONTEXT),
         detectable=dtext,
     )
 
@@ -160,15 +162,17 @@ def rule_block_size(rep: Report) -> Finding:
     E2E with block 16 (the ramp engine's one-at-a-time request counts as its block size's point), as a change
     (ratio - 1) with the ramp's own detectable effect (ramp_noise) either side, judged against the claimed
     x0.46 (-54%) by `judge`. A sweep shorter than 120K tokens is nearest evidence only (inconclusive at best)."""
-    return block_size_finding(rep.study("04"), rep.setting("04"))
+    return block_size_finding(rep.study(LONG_CONTEXT), rep.setting(LONG_CONTEXT), rep.label_of(LONG_CONTEXT))
 
 
-def block_size_finding(s: Mapping[str, Any], setting: Setting | None = None) -> Finding:
+def block_size_finding(s: Mapping[str, Any], setting: Setting | None = None, what: str | None = None) -> Finding:
     """Claim 12a judged on one Study 04 summary ``s`` (its ``{dtype}.bs{B}.L{L}.*`` sweep keys, the ramp's
     ``block_size``, ``{dtype}.c1.L{L}.e2e_p50_s`` points and fits), run in ``setting``: :func:`rule_block_size`'s
     text. The one judgment of the claim: the audit applies it to each report's Study 04, and Study 04's own verdict
     (:meth:`fp8lab.longctx.study.Results.verdict`) to the summary it records, so the two cannot disagree on the same
-    run. Raises :class:`~fp8lab.audit.evidence.Missing` without a sweep or without the ramp's fits."""
+    run. Raises :class:`~fp8lab.audit.evidence.Missing` without a sweep or without the ramp's fits, naming ``what``
+    (the study as ``Report.label_of`` shows it; None: as its notebook is numbered)."""
+    what = what or pages.label(LONG_CONTEXT, pages.number(LONG_CONTEXT))
     e2e: dict[tuple[str, int], dict[int, float]] = {}
     for k, v in s.items():
         if (m := _BS_KEY.match(k)) and v == "ok" and s.get(f"{m['dt']}.bs{m['b']}.L{m['L']}.e2e_p50_s") is not None:
@@ -176,8 +180,8 @@ def block_size_finding(s: Mapping[str, Any], setting: Setting | None = None) -> 
                 s[f"{m['dt']}.bs{m['b']}.L{m['L']}.e2e_p50_s"]
             )
     if not e2e:
-        raise Missing("long context (04) ran no block-size sweep")
-    d, dtext = ramp_noise(s)
+        raise Missing(f"{what} ran no block-size sweep")
+    d, dtext = ramp_noise(s, what=what)
     ramp_bs = s.get("block_size")
     outs, text, details = {}, [], {}
     for (dt, L), points in sorted(e2e.items()):
@@ -218,12 +222,12 @@ def rule_hit_rate(rep: Report) -> Finding:
     gain anywhere contradicts. Block size 256: Study 07 runs one block size, so that part is untested unless it
     ran two. The verdict is the FP8 part's (the block part is named untested). A hit rate needs prefix caching on;
     every other study runs with it off."""
-    s = rep.optional("07")
+    s = rep.optional(PREFIX)
     if s is None:
-        raise Missing("no prefix cache (07) summary; every other study runs with prefix caching off")
+        raise Missing(f"no {rep.label_of(PREFIX)} summary; every other study runs with prefix caching off")
     gains = {w: s[f"{w}.gain"] for w in ("chat", "system", "json") if isinstance(s.get(f"{w}.gain"), dict)}
     if not gains:
-        raise Missing("prefix cache (07) recorded no hit rate of both dtypes beyond auto's knee")
+        raise Missing(f"{rep.label_of(PREFIX)} recorded no hit rate of both dtypes beyond auto's knee")
     up = [w for w, g in gains.items() if (g.get("dhit_pp_ci_low") or 0) > 0]
     parts = {"FP8 raises the hit rate": HOLDS if up else CONTRADICTED, "block 256 raises it": UNTESTED}
     return finding(
@@ -232,11 +236,11 @@ def rule_hit_rate(rep: Report) -> Finding:
             f"{w}: {100 * g['auto_hit_rate']:.1f}% -> {100 * g['fp8_hit_rate']:.1f}% ({g['dhit_pp']:+.1f} pp)"
             for w, g in gains.items()
         )
-        + f" at block size {s.get('block_size')} (07)",
+        + f" at block size {s.get('block_size')} ({rep.number(PREFIX)})",
         ", ".join(f"{k} {v}" for k, v in parts.items())
         + "; FP8 holds twice the blocks, so beyond auto's knee it keeps prefixes auto evicts",
         {"parts": parts, "gains": gains},
-        setting=rep.setting("07"),
+        setting=rep.setting(PREFIX),
         detectable="the paired intervals shown",
     )
 
@@ -252,7 +256,7 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
     claimed -65% (`judge`); without Study 06, Study 04's ITL ratio at its longest length with the ramp's detectable
     effect. TTFT part: Study 04's TTFT ratio at its longest length (one request each) with the ramp's detectable
     effect (ramp_noise of TTFT) against -47%. Any part contradicted -> refuted."""
-    s04, s06 = rep.optional("04"), rep.optional("06")
+    s04, s06 = rep.optional(LONG_CONTEXT), rep.optional(DECODE)
     parts, text, dets, st = {}, [], [], None
     if s06 is not None:
         b1 = [p for p in decode_grid(rep) if int(p["batch"]) == 1]
@@ -263,10 +267,10 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
             )
             text.append(
                 f"decode step at B=1, {int(p['context_len']):,} tokens: x{p['ratio']:.3f} "
-                f"[{p['ratio_ci_low']:.3f}, {p['ratio_ci_high']:.3f}] (06; claimed x{CLAIM13['itl_ratio']:.2f})"
+                f"[{p['ratio_ci_low']:.3f}, {p['ratio_ci_high']:.3f}] ({rep.number(DECODE)}; claimed x{CLAIM13['itl_ratio']:.2f})"
             )
             dets.append("ITL " + decode_detectable(rep))
-            st = rep.setting("06")
+            st = rep.setting(DECODE)
     if s04 is not None:
         c = fp8_candidate(s04)
         L = max(int(x) for x in s04.get("lengths") or [0])
@@ -276,15 +280,19 @@ def rule_cuts_at_128k(rep: Report) -> Finding:
             r = s04.get(f"{c}.ratio_at_longest.{key}_p50_s")
             if r is None:
                 continue
-            d, dtext = ramp_noise(s04, f"{key}_p50_s")
+            d, dtext = ramp_noise(s04, f"{key}_p50_s", rep.label_of(LONG_CONTEXT))
             parts[m] = judge(100 * (float(r) - 1 - d), 100 * (float(r) - 1 + d), 100 * (claimed - 1))
             if L < CLAIM12_CONTEXT and parts[m] != CONTRADICTED:
                 parts[m] = UNRESOLVED
-            text.append(f"{m} at {L:,} tokens fp8/auto x{float(r):.3f} (04, one request each; claimed x{claimed:.2f})")
+            text.append(
+                f"{m} at {L:,} tokens fp8/auto x{float(r):.3f} ({rep.number(LONG_CONTEXT)}, one request each; claimed x{claimed:.2f})"
+            )
             dets.append(f"{m} {dtext}")
-        st = st or rep.setting("04")
+        st = st or rep.setting(LONG_CONTEXT)
     if not parts:
-        raise Missing("no decode grid (06) and no ratios at the longest length (04)")
+        raise Missing(
+            f"no decode grid ({rep.number(DECODE)}) and no ratios at the longest length ({rep.number(LONG_CONTEXT)})"
+        )
     return finding(
         parts_verdict(parts),
         "; ".join(text),
@@ -314,14 +322,14 @@ def rule_long_tpot(rep: Report) -> Finding:
         v = INCONCLUSIVE
     return finding(
         v,
-        f"decode step fp8/auto at {ctx:,} tokens (06): "
+        f"decode step fp8/auto at {ctx:,} tokens ({rep.number(DECODE)}): "
         + ", ".join(
             f"B={p['batch']} x{p['ratio']:.3f} [{p['ratio_ci_low']:.3f}, {p['ratio_ci_high']:.3f}]" for p in at
         ),
         f"at the largest measured batch (B={top['batch']}) FP8's step is "
         + ("shorter" if v == CONFIRMED else "not shorter beyond its CI"),
         {"context": ctx},
-        setting=rep.setting("06"),
+        setting=rep.setting(DECODE),
         detectable=decode_detectable(rep),
     )
 
@@ -338,7 +346,7 @@ def rule_128k_throughput(rep: Report) -> Finding:
     the claimed +133% (`judge`)."""
     b1 = [p for p in decode_grid(rep) if int(p["batch"]) == 1]
     if not b1:
-        raise Missing("decode speed (06) has no batch-1 point")
+        raise Missing(f"{rep.label_of(DECODE)} has no batch-1 point")
     p = max(b1, key=lambda p: p["context_len"])
     out = judge(
         100 * throughput_gain(p["ratio_ci_high"]), 100 * throughput_gain(p["ratio_ci_low"]), 100 * (42 / 18 - 1)
@@ -346,12 +354,12 @@ def rule_128k_throughput(rep: Report) -> Finding:
     return finding(
         outcome_verdict(out),
         f"batch 1 at {int(p['context_len']):,} tokens: {100 * throughput_gain(p['ratio']):+.1f}% "
-        f"[{100 * throughput_gain(p['ratio_ci_high']):+.1f}, {100 * throughput_gain(p['ratio_ci_low']):+.1f}] (06; claimed +133%)",
+        f"[{100 * throughput_gain(p['ratio_ci_high']):+.1f}, {100 * throughput_gain(p['ratio_ci_low']):+.1f}] ({rep.number(DECODE)}; claimed +133%)",
         out,
         {"ratio": p["ratio"]},
-        setting=rep.setting("06"),
+        setting=rep.setting(DECODE),
         detectable=decode_detectable(rep),
-        headline=f"Decode with FP8 KV on {rep.setting('06').device} (CUDA graphs): "
+        headline=f"Decode with FP8 KV on {rep.setting(DECODE).device} (CUDA graphs): "
         f"{100 * throughput_gain(p['ratio']):+.1f}% tokens/s at batch 1 and {int(p['context_len']):,} tokens, not the "
         "reported +133%."
         if out == CONTRADICTED
@@ -364,12 +372,12 @@ def rule_128k_throughput(rep: Report) -> Finding:
 def rule_chunked_prefill(ev: Evidence) -> Finding:
     """A chunked-prefill effect needs runs that differ only in the prefill chunk budget (max_num_batched_tokens):
     not testable here while no Study 04 summary records such a sweep (``*.mnbt*`` keys)."""
-    swept = [r.label for r in ev.reports if any(".mnbt" in k for k in (r.optional("04") or {}))]
+    swept = [r.label for r in ev.reports if any(".mnbt" in k for k in (r.optional(LONG_CONTEXT) or {}))]
     return Finding(
         NOT_TESTABLE,
         ("chunked-prefill sweep recorded in " + ", ".join(swept))
         if swept
-        else "no Study 04 summary records a chunked-prefill budget sweep",
+        else f"no Study {ev.number(LONG_CONTEXT)} summary records a chunked-prefill budget sweep",
         "vLLM's V1 engine always chunks "
         "prefill; a sweep of max_num_batched_tokens at 128K would decide the claimed 42 -> 51 tok/s",
     )
@@ -382,7 +390,7 @@ def rule_random_tokens(rep: Report) -> Finding:
     ratio far below 1 says random tokens understate FP8's error. With one document each and no interval, the ratio
     cannot decide "worthless" (inconclusive); capacity and speed do not depend on token content (the GPU speed
     studies use dummy weights and token ids), so the claim can at most hold for quality."""
-    s = rep.study("04")
+    s = rep.study(LONG_CONTEXT)
     r, fr = s.get("fp8.random.divergence_ratio"), s.get("fp8.random.flip_ratio")
     if r is None:
         raise Missing("long context (04) recorded no random-token divergence")
@@ -393,6 +401,6 @@ def rule_random_tokens(rep: Report) -> Finding:
         + " (04)",
         "random tokens understate FP8's error here; one document each, no interval",
         {"ratio": r},
-        setting=rep.setting("04"),
+        setting=rep.setting(LONG_CONTEXT),
         detectable="unknown (one document each, no interval)",
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 from fp8lab import kvmath
 from fp8lab.audit.evidence import Evidence, Missing, Report, Setting
+from fp8lab.audit.pages import KV_MEMORY, LONG_CONTEXT, SERVING
 from fp8lab.audit.readers import fp8_candidate, gb, pct, serving_candidate, serving_figure
 from fp8lab.audit.scale import (
     ABOUT_TOL,
@@ -72,7 +73,7 @@ def rule_kv_formula(ev: Evidence) -> Finding:
     engine: dict[str, Any] = {}
     on_record: dict[str, Any] = {}
     for rep in ev.reports:
-        s = rep.optional("00")
+        s = rep.optional(KV_MEMORY)
         rec = (s or {}).get("records") or {}
         if rec.get("compared"):  # Study 00's section 6: every stored engine of the report's studies
             on_record[rep.label] = {k: rec[k] for k in ("compared", "exact", "max_abs_rel_error", "studies", "devices")}
@@ -203,32 +204,34 @@ def rule_llama3_70b_128k(ev: Evidence) -> Finding:
 def rule_kv_halves(rep: Report) -> Finding:
     """The engine's KV capacity at the same KV budget (Study 01: blocks fp8 / auto, or Study 04's engines): a
     ratio of 2 within one block confirms that FP8 halves the KV cache; any other ratio refutes it."""
-    for prefix in ("01", "04"):
-        s = rep.optional(prefix)
+    for study in (SERVING, LONG_CONTEXT):
+        s = rep.optional(study)
         if s is None:
             continue
         c = fp8_candidate(s)
-        a = s.get("num_blocks_auto") if prefix == "01" else s.get("auto.num_blocks_engine")
-        f = s.get(f"num_blocks_{c}") if prefix == "01" else s.get(f"{c}.num_blocks_engine")
+        a = s.get("num_blocks_auto") if study == SERVING else s.get("auto.num_blocks_engine")
+        f = s.get(f"num_blocks_{c}") if study == SERVING else s.get(f"{c}.num_blocks_engine")
         if a and f:
             r = float(f) / float(a)
             exact = abs(float(f) - 2 * float(a)) <= 1
             v = CONFIRMED if exact else REFUTED
             return finding(
                 v,
-                f"KV blocks at the same budget: auto {a:,}, {c} {f:,} (x{r:.4f}, {prefix})",
+                f"KV blocks at the same budget: auto {a:,}, {c} {f:,} (x{r:.4f}, {rep.number(study)})",
                 "the engine holds twice the tokens in the same bytes"
                 if exact
                 else "the engine's capacity did not double",
                 {"ratio": r, "blocks": [a, f]},
-                setting=rep.setting(prefix),
+                setting=rep.setting(study),
                 detectable="one KV block (integer counts)",
                 headline=f"FP8 KV doubles the KV capacity at a fixed budget: {a:,} -> {f:,} blocks "
-                f"({rep.setting(prefix).device})."
+                f"({rep.setting(study).device})."
                 if exact
                 else "",
             )
-    raise Missing("no engine block counts (01 num_blocks_*, 04 *.num_blocks_engine)")
+    raise Missing(
+        f"no engine block counts ({rep.number(SERVING)} num_blocks_*, {rep.number(LONG_CONTEXT)} *.num_blocks_engine)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- claim 3b
@@ -270,27 +273,27 @@ def rule_total_memory(rep: Report) -> Finding:
     to the load (inconclusive, with Study 00's arithmetic drop, half the KV share at 32 x 8,192 tokens, beside it).
     A drop within 50% of the claimed 22.7% confirms; a peak that moved less than 2% with a budget sized to the load
     (no KV_CACHE_GIB) refutes."""
-    rep.study("01")
+    rep.study(SERVING)
     c = serving_candidate(rep)
     a = serving_figure(rep, "mem_peak_gib_auto", "mem_peak_gib", "auto", setting="engine")
     f = serving_figure(rep, f"mem_peak_gib_{c}", "mem_peak_gib", c, setting="engine")
     if not a or not f:
-        raise Missing("serving (01) recorded no engine peak memory")
+        raise Missing(f"{rep.label_of(SERVING)} recorded no engine peak memory")
     drop = 1 - float(f) / float(a)
-    s00 = rep.optional("00") or {}
+    s00 = rep.optional(KV_MEMORY) or {}
     tot = s00.get("total_memory_vs_first") or {}
     arith = {m: 1 - float(tot[m]["fp8"]) for m in CLAIM3_FIGURES if tot.get(m, {}).get("fp8") is not None}
-    measured = f"engine peak memory {float(a):.2f} -> {float(f):.2f} GiB ({pct(-drop)}, 01)" + (
+    measured = f"engine peak memory {float(a):.2f} -> {float(f):.2f} GiB ({pct(-drop)}, {rep.number(SERVING)})" + (
         "; arithmetic total at " + f"{s00.get('memory_batch')} x {s00.get('memory_context_len')} tokens "
-        "(00): " + ", ".join(f"{m} {pct(-d)}" for m, d in arith.items())
+        f"({rep.number(KV_MEMORY)}): " + ", ".join(f"{m} {pct(-d)}" for m, d in arith.items())
         if arith
         else ""
     )
-    params = ((rep.index.get("notebooks") or {}).get(rep.stem("01") or "") or {}).get("parameters") or {}
+    params = ((rep.index.get("notebooks") or {}).get(rep.stem(SERVING) or "") or {}).get("parameters") or {}
     fixed = params.get("KV_CACHE_GIB") is not None or "KV_CACHE_GIB" not in params
     details = {"engine_drop": drop, "arithmetic_drop": arith, "fixed_budget": fixed}
     det = f"{100 * MEMORY_NOISE:g}% of the peak (a smaller change is taken as none)"
-    st = rep.setting("01")
+    st = rep.setting(SERVING)
     if judge(-drop * 100 - MEMORY_NOISE * 100, -drop * 100 + MEMORY_NOISE * 100, -CLAIM3_DROP * 100) == HOLDS:
         return finding(
             CONFIRMED,
@@ -325,7 +328,7 @@ def rule_total_memory(rep: Report) -> Finding:
 def _concurrency_ratio(rep: Report) -> tuple[float, str, str, bool, Setting, int]:
     """Largest concurrency each dtype held without preemption at the same KV budget: Study 04's measured frontier
     at its shortest length where neither dtype sits at a scheduler cap, else Study 01's capacity search."""
-    s04, s01 = rep.optional("04"), rep.optional("01")
+    s04, s01 = rep.optional(LONG_CONTEXT), rep.optional(SERVING)
     if s04 is not None:
         c = fp8_candidate(s04)
         lengths = sorted(int(x) for x in s04.get("lengths") or [])
@@ -342,10 +345,10 @@ def _concurrency_ratio(rep: Report) -> tuple[float, str, str, bool, Setting, int
             a, f = vals["auto"][L], vals[c][L]
             return (
                 float(f) / float(a),
-                f"{a} -> {f} requests of {L:,} tokens without preemption (04 frontier)",
+                f"{a} -> {f} requests of {L:,} tokens without preemption ({rep.number(LONG_CONTEXT)} frontier)",
                 f"+-1 request ({100 / a:.0f}% of {a})",
                 False,
-                rep.setting("04"),
+                rep.setting(LONG_CONTEXT),
                 int(a),
             )
     if s01 is not None:
@@ -355,13 +358,15 @@ def _concurrency_ratio(rep: Report) -> tuple[float, str, str, bool, Setting, int
             cens = bool(s01.get("max_concurrency_censored_auto") or s01.get(f"max_concurrency_censored_{c}"))
             return (
                 float(f) / float(a),
-                f"{a} -> {f} requests without preemption (01 capacity search)",
+                f"{a} -> {f} requests without preemption ({rep.number(SERVING)} capacity search)",
                 f"+-1 request ({100 / a:.0f}% of {a})",
                 cens,
-                rep.setting("01"),
+                rep.setting(SERVING),
                 int(a),
             )
-    raise Missing("no measured maximum concurrency (04 frontier, 01 capacity search)")
+    raise Missing(
+        f"no measured maximum concurrency ({rep.number(LONG_CONTEXT)} frontier, {rep.number(SERVING)} capacity search)"
+    )
 
 
 @per_report("4a")

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fp8lab.audit.evidence import Evidence, Missing, Report
+from fp8lab.audit.pages import CALIBRATION, QUALITY
 from fp8lab.audit.readers import calibration_quality, calibration_scale_diffs, finite_key, quality_top3
 from fp8lab.audit.scale import (
     COMPUTATION,
@@ -113,11 +114,11 @@ def rule_32_token_calibration(rep: Report) -> Finding:
     exceeds the scales, any two scale sets between 0 and 0.03 pass, so the claim as stated cannot fail
     (inconclusive: vacuous here; the relative difference and the end-to-end quality are the evidence). Otherwise
     every mean below 0.03 -> confirmed; none below -> refuted; some -> inconclusive."""
-    s = rep.study("02")
-    ps = finite_key(s, "prompt_set", "02")
+    s = rep.study(CALIBRATION)
+    ps = finite_key(s, "prompt_set", rep.label_of(CALIBRATION))
     means, rel = calibration_scale_diffs(rep, ps)
     if not means:
-        raise Missing(f"calibration (02) summary has no absdiff.{ps}.*.mean")
+        raise Missing(f"{rep.label_of(CALIBRATION)} summary has no absdiff.{ps}.*.mean")
     below = {k: v < CLAIM10_THRESHOLD for k, v in means.items()}
     large = (
         f"{s.get('calib_samples')} samples, {s.get('calib_tokens'):,} tokens" if s.get("calib_tokens") else "large set"
@@ -140,7 +141,7 @@ def rule_32_token_calibration(rep: Report) -> Finding:
             f"so an absolute bound of {CLAIM10_THRESHOLD} passes any scale set; relative to their size the 32-token "
             "scales differ by the percentages shown",
             {"means": means, "below": below, "relative": rel, "scales": scales, "vacuous": True},
-            setting=rep.setting("02"),
+            setting=rep.setting(CALIBRATION),
             detectable="exact (deterministic scales from recorded K/V)",
         )
     on = (
@@ -156,7 +157,7 @@ def rule_32_token_calibration(rep: Report) -> Finding:
         "; ".join(text),
         on,
         {"means": means, "below": below, "relative": rel},
-        setting=rep.setting("02"),
+        setting=rep.setting(CALIBRATION),
         detectable="exact (deterministic scales from recorded K/V)",
         headline=f"Scales from one 32-token prompt are within 0.03 of a large calibration's (mean |difference| "
         f"up to {worst:.4f}), though {100 * rmax:.0f}% off relative to their size."
@@ -170,9 +171,10 @@ CLAIM11_BAND = (0.92, 0.96)
 CLAIM11_FAIL = 0.85
 
 
-def _top3_resolution(top3: Mapping[str, Any] | None) -> tuple[float | None, str]:
-    """The resolution of a top-3 rate: half Study 03's 95% bootstrap CI of its ``fp8`` rate (:func:`quality_top3`),
-    which the rules use as its interval, and the difference it detects with 80% power (normal quantiles)."""
+def _top3_resolution(rep: Report, top3: Mapping[str, Any] | None) -> tuple[float | None, str]:
+    """The resolution of a top-3 rate: half Study 03's 95% bootstrap CI of its ``fp8`` rate (:func:`quality_top3`
+    of ``rep``), which the rules use as its interval, and the difference it detects with 80% power (normal
+    quantiles)."""
     if top3 and top3.get("ci") is not None:
         from fp8lab import stats
 
@@ -180,7 +182,7 @@ def _top3_resolution(top3: Mapping[str, Any] | None) -> tuple[float | None, str]
         h = (float(hi) - float(lo)) / 2
         return h, (
             f"{stats.detectable_from_interval(float(lo), float(hi)):.3f} at 80% power (95% bootstrap CI half-width "
-            f"{h:.3f} of the top-3 rate over Study 03's prompts)"
+            f"{h:.3f} of the top-3 rate over Study {rep.number(QUALITY)}'s prompts)"
         )
     return None, "the prompt set's size (no CI recorded)"
 
@@ -190,15 +192,19 @@ def rule_top3_band(rep: Report) -> Finding:
     """The top-3 match rate with good calibration (Study 02's fp8 with the large set's scales; else Study 03's fp8):
     "good calibration gives 0.92-0.96" holds when every rate is at least 0.92 (a rate above the band is no
     refutation of "it works") and is contradicted when a rate's CI (Study 03's half-width) lies below 0.92."""
-    s02 = rep.optional("02")
-    top3 = quality_top3(rep) if rep.optional("03") is not None else None
+    s02 = rep.optional(CALIBRATION)
+    top3 = quality_top3(rep) if rep.optional(QUALITY) is not None else None
     good = calibration_quality(rep, "top3_match", "fp8+large") if s02 is not None else {}
-    src, prefix = "02, large-set scales", "02"
+    src, study = f"{rep.number(CALIBRATION)}, large-set scales", CALIBRATION
     if not good and top3 is not None and top3["overall"].get("fp8") is not None:
-        good, src, prefix = {"fp8 (scale 1.0)": float(top3["overall"]["fp8"])}, "03, default scales", "03"
+        good, src, study = (
+            {"fp8 (scale 1.0)": float(top3["overall"]["fp8"])},
+            f"{rep.number(QUALITY)}, default scales",
+            QUALITY,
+        )
     if not good:
-        raise Missing("no top-3 match rates recorded (02, 03)")
-    h, det = _top3_resolution(top3)
+        raise Missing(f"no top-3 match rates recorded ({rep.number(CALIBRATION)}, {rep.number(QUALITY)})")
+    h, det = _top3_resolution(rep, top3)
     lo = CLAIM11_BAND[0]
     if all(v >= lo for v in good.values()):
         v = CONFIRMED
@@ -211,7 +217,7 @@ def rule_top3_band(rep: Report) -> Finding:
         f"top-3 match with good calibration ({src}): " + ", ".join(f"{k} {x:.3f}" for k, x in good.items()),
         f"claimed band {CLAIM11_BAND[0]}-{CLAIM11_BAND[1]}; at or above it counts as working calibration",
         {"good": good},
-        setting=rep.setting(prefix),
+        setting=rep.setting(study),
         detectable=det,
     )
 
@@ -222,25 +228,27 @@ def rule_top3_threshold(rep: Report) -> Finding:
     straddle 0.85: if they do, the threshold would call one calibration failed on some prompts and fine on others
     (refuted: it reacts to the prompts, not to the calibration). No category below 0.85 means no calibration here
     failed by the threshold, which therefore was not tested (not testable here)."""
-    rep.study("03")
+    rep.study(QUALITY)
     top3 = quality_top3(rep)
     straddle, text = {}, []
     for lab, cats in top3["by_category"].items():
         cats = {c: float(v) for c, v in cats.items() if v is not None}
         if cats:
-            text.append(f"{lab} per category (03): " + ", ".join(f"{c} {v:.2f}" for c, v in cats.items()))
+            text.append(
+                f"{lab} per category ({rep.number(QUALITY)}): " + ", ".join(f"{c} {v:.2f}" for c, v in cats.items())
+            )
             if min(cats.values()) < CLAIM11_FAIL <= max(cats.values()):
                 straddle[lab] = cats
     if not text:
-        raise Missing("quality (03) recorded no per-category top-3 rates")
-    h, det = _top3_resolution(top3)
+        raise Missing(f"{rep.label_of(QUALITY)} recorded no per-category top-3 rates")
+    h, det = _top3_resolution(rep, top3)
     if straddle:
         return finding(
             REFUTED,
             "; ".join(text),
             "with the same scales some prompt categories fall below 0.85 and others do not",
             {"straddle": straddle},
-            setting=rep.setting("03"),
+            setting=rep.setting(QUALITY),
             detectable=det,
         )
     return finding(
@@ -248,7 +256,7 @@ def rule_top3_threshold(rep: Report) -> Finding:
         "; ".join(text),
         "no category fell below 0.85 with any scale set: the threshold was not put to the test",
         {"straddle": {}},
-        setting=rep.setting("03"),
+        setting=rep.setting(QUALITY),
         detectable=det,
     )
 
@@ -289,7 +297,7 @@ def rule_dynamic_per_head(rep: Report) -> Finding:
     dynamic.scales_change_during_decode: vLLM computes them inside the worker). Per-head reduced or dynamic scales
     rejected -> refuted; every part holds -> confirmed; a part the records cannot observe -> not testable here. Only
     GPU runs decide (the CPU build is another kernel)."""
-    s = rep.study("02")
+    s = rep.study(CALIBRATION)
     parts, text = {}, []
     reduced, offered = s.get("head_reduction.reduced"), s.get("dynamic.offered")
     if reduced is not None:
@@ -305,16 +313,16 @@ def rule_dynamic_per_head(rep: Report) -> Finding:
         )
         text.append(f"dynamic scales: {s.get('dynamic.text') or s.get('dynamic.status')}")
     if not parts:
-        raise Missing("calibration (02) recorded no head-reduction or dynamic-scale check")
+        raise Missing(f"{rep.label_of(CALIBRATION)} recorded no head-reduction or dynamic-scale check")
     on = ", ".join(f"{k} {v}" for k, v in parts.items())
     if parts.get("dynamic during decode") == UNTESTED:
         on += "; vLLM computes the dynamic scales inside the worker and they are not read back"
     return finding(
         parts_verdict(parts),
-        "; ".join(text) + " (02)",
+        "; ".join(text) + f" ({rep.number(CALIBRATION)})",
         on,
         {"parts": parts},
-        setting=rep.setting("02"),
+        setting=rep.setting(CALIBRATION),
         detectable="per-head vs per-tensor logprobs: any difference (bit-exact comparison)",
     )
 
@@ -343,7 +351,7 @@ def rule_silent_448(ev: Evidence) -> Finding:
     parts = {"a cast past 448 is silent": HOLDS if silent else CONTRADICTED, "it hits attention scores": CONTRADICTED}
     clips = []
     for rep in ev.reports:
-        v = (rep.optional("02") or {}).get("clip_rate.large.e4m3.attn_head.K")
+        v = (rep.optional(CALIBRATION) or {}).get("clip_rate.large.e4m3.attn_head.K")
         if v is not None:
             clips.append(f"[{rep.label}] K beyond 448 with the large set's scales: {100 * float(v):.5f}%")
     return Finding(

@@ -15,6 +15,7 @@ from typing import Any
 
 from fp8lab import kvmath
 from fp8lab.audit.evidence import Evidence, Missing, Report
+from fp8lab.audit.pages import DECODE, PREFIX, QUALITY, SERVING
 from fp8lab.audit.readers import (
     decode_detectable,
     decode_grid,
@@ -77,12 +78,12 @@ def rule_hopper_no_overhead(rep: Report) -> Finding:
     return finding(
         v,
         f"{len(slower)} of {len(pts)} grid points slower beyond the CI, {len(faster)} faster; slowest {_pt(worst)} "
-        "(06)",
+        f"({rep.number(DECODE)})",
         "FP8's decode step is longer at short contexts: a fixed per-step cost that native FP8 did not remove"
         if slower
         else "no point slower beyond its CI",
         {"slower": len(slower), "faster": len(faster)},
-        setting=rep.setting("06"),
+        setting=rep.setting(DECODE),
         detectable=decode_detectable(rep),
     )
 
@@ -93,30 +94,30 @@ def rule_short_requests_slower(rep: Report) -> Finding:
     the CI shows that FP8 can slow short requests at low concurrency (confirmed). "May slow" claims that it happens
     somewhere, which one setting where it does not cannot refute: otherwise inconclusive. Without Study 06: Study
     01's throughput delta at its smallest concurrency, the same way."""
-    if rep.optional("06") is not None:
+    if rep.optional(DECODE) is not None:
         _, b1 = _short_points(rep)
         v = CONFIRMED if b1["ratio_ci_low"] > 1 else INCONCLUSIVE
         return finding(
             v,
-            _pt(b1) + " (06)",
+            _pt(b1) + f" ({rep.number(DECODE)})",
             "FP8's fixed per-step cost outweighs the halved KV read at short contexts"
             if v == CONFIRMED
             else "FP8 not slower beyond its CI at the shortest context (an existence claim: not refuted by one setting)",
             {"ratio": b1["ratio"]},
-            setting=rep.setting("06"),
+            setting=rep.setting(DECODE),
             detectable=decode_detectable(rep),
         )
     cs = serving_concurrency(rep)
     if not cs:
-        raise Missing("no decode grid (06) and no concurrency sweep (01)")
+        raise Missing(f"no decode grid ({rep.number(DECODE)}) and no concurrency sweep ({rep.number(SERVING)})")
     d = serving_delta(rep, "output tok/s", cs[0])
     v = CONFIRMED if d["hi_pct"] < 0 else INCONCLUSIVE
     return finding(
         v,
-        f"throughput @c={cs[0]} {fd(d)} (01)",
+        f"throughput @c={cs[0]} {fd(d)} ({rep.number(SERVING)})",
         "throughput at the smallest concurrency (an existence claim: not refuted by one setting)",
         {"delta": dict(d)},
-        setting=rep.setting("01"),
+        setting=rep.setting(SERVING),
         detectable=detectable_text({"throughput": d}),
     )
 
@@ -173,7 +174,7 @@ def rule_preemption_grows(rep: Report) -> Finding:
     refutes; none at any concurrency is inconclusive (the load never filled the KV cache)."""
     pre = serving_preemptions(rep)
     if len(pre) < 2:
-        raise Missing("serving (01) recorded preemptions at fewer than two concurrencies")
+        raise Missing(f"{rep.label_of(SERVING)} recorded preemptions at fewer than two concurrencies")
     lo, hi = min(pre), max(pre)
     rises = {d: (pre[lo].get(d, 0), pre[hi].get(d, 0)) for d in pre[hi]}
     text = ", ".join(f"{d} {a:g} -> {b:g}" for d, (a, b) in rises.items())
@@ -185,11 +186,11 @@ def rule_preemption_grows(rep: Report) -> Finding:
         v = INCONCLUSIVE
     return finding(
         v,
-        f"preemptions c={lo} -> c={hi}: {text} (01)",
+        f"preemptions c={lo} -> c={hi}: {text} ({rep.number(SERVING)})",
         "preemption appears once the concurrent requests' KV exceed the cache; FP8's doubled capacity moves that "
         "point (a dtype that never filled its cache shows none)",
         {"preemptions": {str(k): v for k, v in pre.items()}},
-        setting=rep.setting("01"),
+        setting=rep.setting(SERVING),
         detectable="one preemption (counts)",
     )
 
@@ -306,21 +307,21 @@ def rule_e4m3_quality(rep: Report) -> Finding:
     task accuracy): ``negligible`` confirms that E4M3 kept quality on this model; a resolved loss refutes; else
     inconclusive. On a CPU without the FP8 KV kernel the config is ``fp8 (emulated)`` (:mod:`fp8lab.fp8emu`: K and V
     rounded through E4M3 into a bf16 cache), judged the same way and named so."""
-    s = rep.study("03")
+    s = rep.study(QUALITY)
     lab = next((x for x in ("fp8", "fp8 (emulated)") if s.get(f"{x}.verdict") is not None), None)
     if lab is None:
-        raise Missing("quality (03) recorded no verdict for fp8")
+        raise Missing(f"{rep.label_of(QUALITY)} recorded no verdict for fp8")
     word = s[f"{lab}.verdict"]
     lo, hi = s.get(f"{lab}.delta_ppl_pct_ci_lo"), s.get(f"{lab}.delta_ppl_pct_ci_hi")
     v = CONFIRMED if word == "negligible" else REFUTED if word in ("degraded", "loss", "worse") else INCONCLUSIVE
     return finding(
         v,
-        f"{lab} (E4M3): Study 03 verdict '{word}', perplexity {float(s.get(f'{lab}.delta_ppl_pct') or 0):+.2f}% "
+        f"{lab} (E4M3): Study {rep.number(QUALITY)} verdict '{word}', perplexity {float(s.get(f'{lab}.delta_ppl_pct') or 0):+.2f}% "
         + (f"[{float(lo):+.2f}, {float(hi):+.2f}]" if lo is not None and hi is not None else "")
-        + f", top-3 match {float(s.get(f'{lab}.top3_match') or 0):.2f} (03)",
+        + f", top-3 match {float(s.get(f'{lab}.top3_match') or 0):.2f} ({rep.number(QUALITY)})",
         "E4M3 KV kept what the model says on this model",
         {"verdict_03": word},
-        setting=rep.setting("03"),
+        setting=rep.setting(QUALITY),
         detectable=f"+-{(float(hi) - float(lo)) / 2:.2f}% of perplexity (95% CI half-width, paired by window)"
         if lo is not None and hi is not None
         else "",
@@ -395,12 +396,12 @@ def rule_prefix_gain(rep: Report) -> Finding:
     auto's knee, FP8's hit-rate gain (percentage points, with its interval) and throughput ratio. A hit-rate gain
     beyond its interval with a throughput ratio above 1 at some workload confirms that FP8 raises both; no gain at
     any workload refutes it."""
-    s = rep.optional("07")
+    s = rep.optional(PREFIX)
     if s is None:
-        raise Missing("no prefix cache (07) summary")
+        raise Missing(f"no {rep.label_of(PREFIX)} summary")
     g = _prefix_gains(dict(s))
     if not g:
-        raise Missing("prefix cache (07) recorded no gain beyond auto's knee")
+        raise Missing(f"{rep.label_of(PREFIX)} recorded no gain beyond auto's knee")
     both = {w: x for w, x in g.items() if (x.get("dhit_pp_ci_low") or 0) > 0 and (x.get("tput_ratio") or 0) > 1}
     v = CONFIRMED if both else REFUTED
     text = "; ".join(
@@ -411,11 +412,11 @@ def rule_prefix_gain(rep: Report) -> Finding:
     )
     return finding(
         v,
-        text + " (07)",
+        text + f" ({rep.number(PREFIX)})",
         "beyond auto's knee FP8 holds twice the blocks and keeps prefixes auto evicts; the size of the gain is the "
         "working set's, not a constant",
         {"gains": g},
-        setting=rep.setting("07"),
+        setting=rep.setting(PREFIX),
         detectable="the paired intervals shown",
     )
 
@@ -426,13 +427,13 @@ def rule_cross_request(rep: Report) -> Finding:
     wrote) and cold. FP8's outputs identical token for token with zero logprob difference, with cached tokens > 0,
     contradict contamination by a previous request's KV (refuted); any FP8 difference is inconclusive (it may be
     numerical, not contamination)."""
-    s = rep.optional("07")
+    s = rep.optional(PREFIX)
     if s is None:
-        raise Missing("no prefix cache (07) summary")
+        raise Missing(f"no {rep.label_of(PREFIX)} summary")
     rows = [r for r in s.get("correctness") or [] if str(r.get("kv_dtype", "")).startswith("fp8")]
     rows = [r for r in rows if (r.get("cached_tokens_min") or 0) > 0]
     if not rows:
-        raise Missing("prefix cache (07) ran no hit-vs-cold check of fp8")
+        raise Missing(f"{rep.label_of(PREFIX)} ran no hit-vs-cold check of fp8")
     same = all(r.get("tokens_equal") == 1.0 and (r.get("max_abs_dlogprob") or 0) == 0 for r in rows)
     return finding(
         REFUTED if same else INCONCLUSIVE,
@@ -441,10 +442,10 @@ def rule_cross_request(rep: Report) -> Finding:
             f"{r['tokens_equal']:.0%}, max |dlogprob| {r.get('max_abs_dlogprob')}"
             for r in rows
         )
-        + " (07)",
+        + f" ({rep.number(PREFIX)})",
         "a hit on blocks another request wrote gives the cold answer exactly" if same else "FP8 outputs differ",
         {"rows": len(rows)},
-        setting=rep.setting("07"),
+        setting=rep.setting(PREFIX),
         detectable="exact (bit-identical comparison)",
     )
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from fp8lab import stats
 from fp8lab.audit.evidence import Evidence, Missing, Report
+from fp8lab.audit.pages import DECODE, PREFIX, SERVING
 from fp8lab.audit.readers import (
     decode_detectable,
     decode_grid,
@@ -81,7 +82,7 @@ def rule_mix(rep: Report) -> Finding:
         f"@c={c}: " + "; ".join(text),
         ", ".join(f"{k} {v}" for k, v in parts.items()) + note,
         {"parts": parts, "concurrency": c, **details},
-        setting=rep.setting("01"),
+        setting=rep.setting(SERVING),
         detectable=detectable_text(used),
     )
 
@@ -97,7 +98,7 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
     Study 06 ran, how FP8's decode step changes with the batch at one context (shown). The claim is SGLang's on an
     A100: the setting match caps a decisive verdict at 'not reproduced here'."""
     parts, text = [], []
-    s01, s06 = rep.optional("01"), rep.optional("06")
+    s01, s06 = rep.optional(SERVING), rep.optional(DECODE)
     st = None
     cs = serving_concurrency(rep) if s01 is not None else []
     if cs:
@@ -105,8 +106,8 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         for c in cs:
             claimed = CLAIM7[min(CLAIM7, key=lambda b: abs(b - c))]
             parts.append(judge(tp[c]["lo_pct"], tp[c]["hi_pct"], claimed))
-        text.append("vLLM throughput " + ", ".join(f"@c={c} {fd(tp[c])}" for c in cs) + " (01)")
-        st = rep.setting("01")
+        text.append("vLLM throughput " + ", ".join(f"@c={c} {fd(tp[c])}" for c in cs) + f" ({rep.number(SERVING)})")
+        st = rep.setting(SERVING)
     if s06 is not None:
         pts = decode_grid(rep)
         by_ctx: dict[int, list[dict[str, Any]]] = {}
@@ -115,12 +116,12 @@ def rule_loss_grows_with_batch(rep: Report) -> Finding:
         ctx = max((c for c, ps in by_ctx.items() if len(ps) >= 2), default=None, key=lambda c: (len(by_ctx[c]), -c))
         if ctx is not None:
             text.append(
-                f"decode step fp8/auto at {ctx:,} tokens (06): "
+                f"decode step fp8/auto at {ctx:,} tokens ({rep.number(DECODE)}): "
                 + ", ".join(f"B={p['batch']} x{p['ratio']:.3f}" for p in sorted(by_ctx[ctx], key=lambda p: p["batch"]))
             )
-        st = st or rep.setting("06")
+        st = st or rep.setting(DECODE)
     if not text:
-        raise Missing("no concurrency sweep (01) or decode grid (06)")
+        raise Missing(f"no concurrency sweep ({rep.number(SERVING)}) or decode grid ({rep.number(DECODE)})")
     det = "vLLM throughput " + detectable_text({f"@c={c}": tp[c] for c in cs}) if cs else ""
     return finding(
         parts_verdict(dict(enumerate(parts))) if parts else NOT_TESTABLE,
@@ -143,10 +144,10 @@ def rule_streaming_benchmark(rep: Report) -> Finding:
     difference of sqrt(h1^2 + h2^2) from the two CI half-widths; judged against the claimed +30 points (`judge`).
     Confirmed at any point that holds; refuted when every point excludes +30; else inconclusive. The open loop's
     sender must have kept its schedule (within 5%). The client here is in-process, not the report's HTTP client."""
-    s = rep.study("01")
+    s = rep.study(SERVING)
     cs = serving_concurrency(rep)
     if not cs:
-        raise Missing("serving (01) summary has no concurrency sweep")
+        raise Missing(f"{rep.label_of(SERVING)} summary has no concurrency sweep")
     tp = {c: serving_delta(rep, "output tok/s", c) for c in cs}
     naive = {
         c: serving_delta(rep, "output tok/s (no stream)", c)
@@ -155,7 +156,7 @@ def rule_streaming_benchmark(rep: Report) -> Finding:
     }
     ol = [r for r in s.get("open_loop") or [] if r.get("process") == "constant"]
     rate_err = max((abs(float(r["achieved_rate"]) / float(r["scheduled_rate"]) - 1) for r in ol), default=None)
-    st = rep.setting("01")
+    st = rep.setting(SERVING)
     if not naive:
         return finding(
             NOT_TESTABLE,
@@ -213,7 +214,7 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
     gain at batch 1 must be the largest (contradicted when a larger batch's gain exceeds batch 1's beyond both CIs),
     and batch 1's best gain is judged against +130% (`judge`). Without Study 06: Study 01's throughput delta at
     the smallest concurrency against +130% (`judge`)."""
-    s06 = rep.optional("06")
+    s06 = rep.optional(DECODE)
     if s06 is not None:
         pts = decode_grid(rep)
         by_ctx: dict[int, dict[int, dict[str, Any]]] = {}
@@ -245,11 +246,11 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
                 else ""
             )
             + ("larger batches gain more: " + "; ".join(grows[:4]) if grows else "no larger batch gains more")
-            + " (06)"
+            + f" ({rep.number(DECODE)})"
         )
         fast, slow = min(pts, key=lambda p: p["ratio"]), max(pts, key=lambda p: p["ratio"])
         head = (
-            f"FP8 KV decode steps on {rep.setting('06').device} (CUDA graphs) ranged from "
+            f"FP8 KV decode steps on {rep.setting(DECODE).device} (CUDA graphs) ranged from "
             f"{100 * (slow['ratio'] - 1):.1f}% slower (B={slow['batch']}, {int(slow['context_len']):,} tokens) to "
             f"{100 * (1 - fast['ratio']):.1f}% faster (B={fast['batch']}, {int(fast['context_len']):,} tokens): the "
             "gain grows with context and batch, far from the reported +130% at batch 1."
@@ -260,22 +261,22 @@ def rule_gain_at_batch_1(rep: Report) -> Finding:
             measured,
             ", ".join(f"{k} {v}" for k, v in parts.items()),
             {"parts": parts, "grows": grows},
-            setting=rep.setting("06"),
+            setting=rep.setting(DECODE),
             detectable=decode_detectable(rep),
             headline=head if v == REFUTED else "",
         )
-    rep.study("01")
+    rep.study(SERVING)
     cs = serving_concurrency(rep)
     if not cs:
-        raise Missing("no decode grid (06) and no concurrency sweep (01)")
+        raise Missing(f"no decode grid ({rep.number(DECODE)}) and no concurrency sweep ({rep.number(SERVING)})")
     d = serving_delta(rep, "output tok/s", cs[0])
     out = judge(d["lo_pct"], d["hi_pct"], CLAIM13["batch1_gain_pct"])
     return finding(
         outcome_verdict(out),
-        f"throughput @c={cs[0]} {fd(d)} (01; claimed +130%)",
+        f"throughput @c={cs[0]} {fd(d)} ({rep.number(SERVING)}; claimed +130%)",
         out,
         {"outcome": out},
-        setting=rep.setting("01"),
+        setting=rep.setting(SERVING),
         detectable=detectable_text({"throughput": d}),
     )
 
@@ -291,23 +292,23 @@ def rule_prefix_hit_rate(rep: Report) -> Finding:
     beyond the paired interval at some working set refutes "unaffected" (it holds twice the blocks, so it keeps
     prefixes auto evicts); every difference's interval within 1 percentage point confirms; else inconclusive.
     Every other study runs with prefix caching off, so without Study 07 the claim is not testable."""
-    s = rep.optional("07")
+    s = rep.optional(PREFIX)
     if s is None:
-        raise Missing("no prefix cache (07) summary; every other study runs with prefix caching off")
+        raise Missing(f"no {rep.label_of(PREFIX)} summary; every other study runs with prefix caching off")
     v = s.get("claim_verdict")
     if v not in PREFIX_VERDICTS:
-        raise Missing(f"prefix cache (07) measured no hit rate of both dtypes ({v or 'no verdict'})")
+        raise Missing(f"{rep.label_of(PREFIX)} measured no hit rate of both dtypes ({v or 'no verdict'})")
     gains = {w: s.get(f"{w}.gain") for w in ("chat", "system", "json") if s.get(f"{w}.gain")}
     return finding(
         PREFIX_VERDICTS[v],
-        s.get("claim_evidence") or "hit rates of both dtypes (07)",
+        s.get("claim_evidence") or f"hit rates of both dtypes ({rep.number(PREFIX)})",
         "FP8 kept more prefix hits beyond auto's knee"
         if v == "refuted"
         else "hit rates equal within 1 pp at every working set"
         if v == "consistent"
         else "differences not resolved at every working set",
         {"claim_verdict": v, "gains": gains},
-        setting=rep.setting("07"),
+        setting=rep.setting(PREFIX),
         detectable=prefix_detectable(s),
     )
 
@@ -339,14 +340,14 @@ def rule_ttft_spread(rep: Report) -> Finding:
     80% of auto's spread, i.e. 0.8 x (P99 - P50) / P50 of TTFT P50; when the TTFT P50 and P99 deltas' 95% CI
     half-widths exceed that, the run cannot resolve it (inconclusive); else a spread ratio within 50% of 0.2
     confirms and one outside refutes."""
-    rep.study("01")
+    rep.study(SERVING)
     c = serving_headline_concurrency(rep)
     cand = serving_candidate(rep)
 
     def ttft(q: str, d: str) -> float:
         v = serving_figure(rep, f"ttft_{q}_ms_{d}", f"ttft_{q}_pooled", d, concurrency=c)
         if v is None or not math.isfinite(float(v)):
-            raise Missing(f"serving (01) has no pooled TTFT {q.upper()} of {d}")
+            raise Missing(f"{rep.label_of(SERVING)} has no pooled TTFT {q.upper()} of {d}")
         return float(v)
 
     p50a, p99a, p50f, p99f = ttft("p50", "auto"), ttft("p99", "auto"), ttft("p50", cand), ttft("p99", cand)
@@ -367,10 +368,10 @@ def rule_ttft_spread(rep: Report) -> Finding:
             measured,
             f"a fifth of the spread is a change of {need:.1f}% of TTFT P50, below what these runs resolve",
             {"ratio": ratio},
-            setting=rep.setting("01"),
+            setting=rep.setting(SERVING),
             detectable=det,
         )
     v = CONFIRMED if abs(ratio - 0.2) <= SIZE_TOL * 0.2 else REFUTED
     return finding(
-        v, measured, "spread ratio against x0.20", {"ratio": ratio}, setting=rep.setting("01"), detectable=det
+        v, measured, "spread ratio against x0.20", {"ratio": ratio}, setting=rep.setting(SERVING), detectable=det
     )

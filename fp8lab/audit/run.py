@@ -19,6 +19,7 @@ from fp8lab.audit import (  # noqa: F401
 )
 from fp8lab.audit.claims import CLAIMS, Claim
 from fp8lab.audit.evidence import Evidence, Report
+from fp8lab.audit.pages import page_number
 from fp8lab.audit.scale import NOT_TESTABLE, RULES, Finding, safe
 
 # ... so RULES is put in the claims' order, as the single module registered them before the split
@@ -32,8 +33,8 @@ def links(claim: Claim, ev: Evidence) -> list[dict[str, str]]:
     report (the summary JSON when there is no HTML); for the vLLM claims also the vLLM options files."""
     out = []
     for rep in ev.reports:
-        for prefix in claim.studies:
-            stem = rep.stem(prefix)
+        for study in claim.studies:
+            stem = rep.stem(study)
             if stem is None:
                 continue
             target = rep.path / f"{stem}.html"
@@ -41,7 +42,7 @@ def links(claim: Claim, ev: Evidence) -> list[dict[str, str]]:
                 target = rep.path / f"{stem}.summary.json"
             if not target.is_file():
                 continue  # an extra summary rendered elsewhere (a temporary folder): not linked
-            out.append({"label": f"{rep.label} {prefix}", "href": os.path.relpath(target, ev.base_dir)})
+            out.append({"label": f"{rep.label} {page_number(stem)}", "href": os.path.relpath(target, ev.base_dir)})
     if claim.id in ("14", "15", "25", "26"):
         for info in ev.vllm:
             src = info.get("source")
@@ -90,9 +91,9 @@ def audit(ev: Evidence) -> list[dict[str, Any]]:
 
 
 def judge_run(
-    rep: Report, prefix: str, rules: Mapping[str, str], n: Callable[[str], int | None] = lambda cid: None
+    rep: Report, study: str, rules: Mapping[str, str], n: Callable[[str], int | None] = lambda cid: None
 ) -> tuple[Any, ...]:
-    """A study's verdicts on its own run: each claim of ``rules`` (claim id -> the name of its per-report rule in
+    """A study's verdicts on its own run (``study``: its page stem or name, :mod:`fp8lab.audit.pages`): each claim of ``rules`` (claim id -> the name of its per-report rule in
     :mod:`fp8lab.audit`) judged by the audit's rule on ``rep`` (a :class:`Report` holding that one run) and capped where the run's setting
     differs from the claim's (:func:`fp8lab.audit.scale.cap`), as the audit judges each report, as :class:`fp8lab.study.Verdict` s; ``n(claim_id)``:
     the count the verdict rests on (None when the rule could not test the claim). One rule per claim, so a study and
@@ -112,7 +113,7 @@ def judge_run(
                 claim_id=cid,
                 claim=text,
                 verdict=f.verdict,  # type: ignore[arg-type]  # the audit's scale (a unit test keeps them equal)
-                sentence=f"Claim '{text.rstrip('.')}': {f.verdict} on this run ({rep.setting(prefix).text}): {why}.",
+                sentence=f"Claim '{text.rstrip('.')}': {f.verdict} on this run ({rep.setting(study).text}): {why}.",
                 n=None if f.verdict == NOT_TESTABLE else n(cid),
                 detectable=f.detectable or None,
             )

@@ -63,7 +63,7 @@ def summary_values(rows: Sequence[Mapping[str, Any]], ev: Evidence) -> dict[str,
         "audit_rows": [{k: v for k, v in r.items() if k != "rule"} for r in rows],
         "reports": {r.label: sorted(r.summaries) for r in ev.reports},
         # where each study read here ran, as the rules saw it (an unknown device makes its evidence undecidable)
-        "settings": {r.label: {stem: r.setting(stem[:2]).text for stem in sorted(r.summaries)} for r in ev.reports},
+        "settings": {r.label: {stem: r.setting(stem).text for stem in sorted(r.summaries)} for r in ev.reports},
         "vllm_versions": [i.get("version") for i in ev.vllm],
         "notes": list(ev.notes),
         "n_claims": len(rows),

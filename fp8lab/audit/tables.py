@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fp8lab.audit.evidence import Evidence, Report
+from fp8lab.audit.pages import page_name
 from fp8lab.audit.readers import ROW_STUDIES
 from fp8lab.audit.scale import CONFIRMED, INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REFUTED
 from fp8lab.paths import REPO_ROOT
@@ -24,7 +25,7 @@ VERDICT_COLORS: Mapping[str, str] = {
 def rows_note(rep: Report, stem: str) -> str:
     """How the audit read a study of :data:`ROW_STUDIES`: its typed rows by field, or (a report rendered before the
     typed table existed) its flat summary's keys, as before; empty for the other studies."""
-    if stem[:2] not in ROW_STUDIES:
+    if page_name(stem) not in ROW_STUDIES:
         return ""
     if stem in rep.rows:
         return f"; its claims read {len(rep.rows[stem])} typed rows by field ({stem}.rows.json)"
@@ -42,7 +43,7 @@ def evidence_frame(ev: Evidence) -> Any:
     rows = []
     for r in ev.reports:
         for stem in sorted(r.summaries):
-            setting = r.setting(stem[:2])
+            setting = r.setting(stem)
             rows.append(
                 {
                     "evidence": f"report {r.label}: {stem}",

@@ -75,7 +75,7 @@ def judge(
 
     index = {"notebooks": {NAME: {"ran_on": {"device": device, "vllm": vllm}, "parameters": {"MODEL": model}}}}
     rep = audit.Report("this run", runs_dir() / NAME, {NAME: dict(summary)}, index, {NAME: rows} if rows else {})
-    return audit.judge_run(rep, "02", CLAIMS)
+    return audit.judge_run(rep, NAME, CLAIMS)
 
 
 class Spec(CalibrationStudySpec):

@@ -179,7 +179,7 @@ class Results:
         rep = audit.Report("this run", self.run.run_dir, {NAME: self._summary}, {}, {NAME: self._rows})
         s = self._summary
         n = int(s["engines_per_dtype"]) if s.get("replicated") else int(s["n_reps"])  # what the intervals are over
-        return audit.judge_run(rep, NAME[:2], CLAIMS, lambda c: n)
+        return audit.judge_run(rep, NAME, CLAIMS, lambda c: n)
 
     def markdown(self) -> str:
         """:func:`fp8lab.decode.verdict.verdict`'s headline bullets as a Markdown list."""

@@ -192,7 +192,7 @@ class Results:
         s = self._summary
         trials = int(s["engines_per_dtype"] if s.get("replicated") else s["trials"])  # what the intervals are over
         return audit.judge_run(
-            rep, NAME[:2], {c: fn for c, (fn, _) in CLAIMS.items()}, lambda c: trials if CLAIMS[c][1] == "trials" else 1
+            rep, NAME, {c: fn for c, (fn, _) in CLAIMS.items()}, lambda c: trials if CLAIMS[c][1] == "trials" else 1
         )
 
     def markdown(self) -> str:

@@ -204,7 +204,7 @@ def test_the_audit_reads_the_rows_this_run_wrote(summary, report_dir, tmp_path, 
         assert (r["value"], r["ci_low"], r["ci_high"], r["n"]) == (d["delta_pct"], d["lo_pct"], d["hi_pct"], d["n"])
         assert r["unit"] == "%" and r["beyond_noise"] == d["beyond_noise_floor"]
     rep = audit.load_report(report_dir)
-    assert rep.study_rows("01") == rows
+    assert rep.study_rows(audit.pages.SERVING) == rows
     mix = audit.rule_mix(rep)
     assert mix.verdict != audit.NOT_TESTABLE, mix.measured
     c = mix.details["concurrency"]

@@ -134,7 +134,7 @@ def test_the_audit_reads_the_rows_this_run_wrote(nb02, folder, tmp_path):
         assert r["value"] == s[key] and r["evidence"] == "computed", key
     rep = audit.load_report(folder)
     means, _ = audit.calibration_scale_diffs(rep, ps)
-    assert means and rep.study_rows("02") == rows
+    assert means and rep.study_rows(audit.pages.CALIBRATION) == rows
     flat = tmp_path / folder.name
     shutil.copytree(folder, flat)
     (flat / f"{NB02.stem}.rows.json").unlink()

@@ -7,6 +7,7 @@ Summaries are built with the keys the studies record (``serving.summary_values``
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -15,7 +16,17 @@ from pathlib import Path
 import pytest
 
 from fp8lab import audit, kvmath
-from fp8lab.audit import CONFIRMED, INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REFUTED, Evidence, Finding, Report
+from fp8lab.audit import (
+    CONFIRMED,
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    NOT_TESTABLE,
+    REFUTED,
+    Evidence,
+    Finding,
+    Report,
+    pages,
+)
 from fp8lab.paths import CONFIGS_DIR, REPO_ROOT
 from fp8lab.report.run import write_index
 from fp8lab.specs import SpecError
@@ -156,7 +167,7 @@ def test_setting_read_from_index_records_and_provenance(tmp_path):
         {STEMS["04"]: {"kv_dtypes": ["auto", "fp8"]}},
         {"provenance": {"device": "CPU: renderer", "vllm": "0.32.0"}},
     )
-    st = r.setting("04")
+    st = r.setting(pages.LONG_CONTEXT)
     assert (st.device, st.vllm, st.model, st.graphs, st.load_format) == (
         "NVIDIA H200",
         "0.26.0",
@@ -172,7 +183,7 @@ def test_setting_read_from_index_records_and_provenance(tmp_path):
         {STEMS["01"]: {"model": "fp8lab-tiny-qwen3"}},
         {"provenance": {"device": "CPU: x", "vllm": "0.32.0"}},
     )
-    st2 = r2.setting("01")
+    st2 = r2.setting(pages.SERVING)
     assert (st2.device, st2.model, st2.graphs, st2.source) == (
         "CPU: x",
         "fp8lab-tiny-qwen3",
@@ -185,7 +196,9 @@ def test_setting_read_from_index_records_and_provenance(tmp_path):
         tmp_path,
         {STEMS["06"]: {"device": "NVIDIA H200", "vllm_version": "0.26.0", "model": "m", "cuda_graphs": True}},
     )
-    assert r3.setting("06") == audit.Setting("NVIDIA H200", "m", "0.26.0", True, None, "summary", "offline batch")
+    assert r3.setting(pages.DECODE) == audit.Setting(
+        "NVIDIA H200", "m", "0.26.0", True, None, "summary", "offline batch"
+    )
 
 
 def test_no_evidence_never_crashes():
@@ -751,8 +764,8 @@ def test_load_evidence_labels_links_extra_summaries_and_notes(tmp_path):
     )
     assert [x.label for x in e.reports] == ["cpu-tiny", "h200", "h200/shipped"]
     assert list(e.reports[0].summaries) == [STEMS["04"]]  # the audit's own summary is not evidence
-    assert STEMS["06"] in e.reports[1].summaries and e.reports[1].setting("06").graphs is True
-    assert e.reports[0].setting("04").device == "CPU: AMD EPYC"
+    assert STEMS["06"] in e.reports[1].summaries and e.reports[1].setting(pages.DECODE).graphs is True
+    assert e.reports[0].setting(pages.LONG_CONTEXT).device == "CPU: AMD EPYC"
     assert any("nope" in n and "not found" in n for n in e.notes) and any("gone" in n for n in e.notes)
     links = audit.links(audit.CLAIMS_BY_ID["4a"], e)
     assert {x["href"] for x in links} == {
@@ -766,6 +779,108 @@ def test_load_evidence_labels_links_extra_summaries_and_notes(tmp_path):
         "h200": CONFIRMED,
         "h200/shipped": CONFIRMED,
     }
+
+
+def _copy_report(src: Path, dst: Path, renumber: tuple[str, str] | None = None) -> Path:
+    """The committed report folder ``src`` as the audit reads it (summaries, rows, ``summary.json``; its records
+    linked, not copied) in ``dst``, with every page of number ``renumber[0]`` written under ``renumber[1]``: its
+    summary, rows, index entry and records archive."""
+
+    def name(n: str) -> str:
+        return renumber[1] + n[len(renumber[0]) :] if renumber and n.startswith(renumber[0] + "_") else n
+
+    (dst / "records").mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file() and (f.name.endswith((".summary.json", ".rows.json")) or f.name == "summary.json"):
+            (dst / name(f.name)).write_bytes(f.read_bytes())
+    for f in (src / "records").iterdir():
+        (dst / "records" / name(f.name)).symlink_to(f)
+    index = json.loads((src / "summary.json").read_text())
+    index["notebooks"] = {name(k): v for k, v in index["notebooks"].items()}
+    (dst / "summary.json").write_text(json.dumps(index))
+    return dst
+
+
+def test_the_audit_finds_a_renumbered_study_by_its_pages_name(tmp_path):
+    """The audit names the studies it reads by their pages' names (fp8lab.audit.pages), never by number: the
+    committed H200 report with its decode study written as 16_decode_speed (summary, rows, index entry, records) is
+    judged as the committed one is, and every number the reader sees of that study is the 16 its page carries."""
+    pytest.importorskip("torch")
+    src = REPO_ROOT / "reports" / "h200"
+    same = _copy_report(src, tmp_path / "same" / "h200")
+    moved = _copy_report(src, tmp_path / "moved" / "h200", ("06", "16"))
+    assert (moved / "16_decode_speed.summary.json").is_file() and not (moved / "06_decode_speed.summary.json").exists()
+
+    def read(folder: Path) -> tuple[Evidence, list[dict]]:
+        e = audit.load_evidence(folder, [], options_files=None, introspect_installed=False)
+        return e, audit.audit(e)
+
+    (e0, rows0), (e1, rows1) = read(same), read(moved)
+    r1 = e1.reports[0]
+    assert (r1.stem(pages.DECODE), r1.number(pages.DECODE), r1.label_of(pages.DECODE)) == (
+        "16_decode_speed",
+        "16",
+        "decode speed (16)",
+    )
+    assert r1.study_rows(pages.DECODE) and r1.setting(pages.DECODE) == e0.reports[0].setting(pages.DECODE)
+    assert [r["verdict"] for r in rows1] == [r["verdict"] for r in rows0]
+    assert [r["by_report"] for r in rows1] == [r["by_report"] for r in rows0]
+    # the reader sees the decode study's page as 16 wherever it saw 06, and nothing else changes
+    shown0, shown1 = json.dumps(rows0), json.dumps(rows1)
+    for old, new in (
+        ("(06)", "(16)"),
+        ("(06;", "(16;"),
+        ("06_decode_speed", "16_decode_speed"),
+        ("h200 06", "h200 16"),
+    ):
+        assert old in shown0, old  # each is shown: the comparison below is not vacuous
+        shown0 = shown0.replace(old, new)
+    assert shown1 == shown0
+    assert "decode step fp8/auto at 8,192 tokens (16): B=1" in next(r["measured"] for r in rows1 if r["id"] == "17")
+    assert {"label": "h200 16", "href": "16_decode_speed.summary.json"} in next(
+        r["links"] for r in rows1 if r["id"] == "17"
+    )
+    # a study the report has no page of keeps its notebook's number in messages
+    r1 = dataclasses.replace(r1, summaries={k: v for k, v in r1.summaries.items() if not k.startswith("16_")}, index={})
+    with pytest.raises(audit.Missing, match=r"^no decode speed \(06\) summary$"):
+        r1.study(pages.DECODE)
+    # a study named by its number, or misspelt, is an error, not a study that did not run
+    with pytest.raises(KeyError, match="decode_speed"):
+        r1.study("06")
+
+
+def test_a_report_finds_a_study_by_its_pages_name_and_shows_the_number_found():
+    r = Report("x", Path("."), {"16_decode_speed": {}, "01_kv_dtype_auto_vs_fp8": {}, "decode_elsewhere": {}})
+    assert (r.stem(pages.DECODE), r.label_of(pages.DECODE)) == ("16_decode_speed", "decode speed (16)")
+    assert (
+        r.label_of(pages.SERVING) == "serving (01)" and r.stem("01_kv_dtype_auto_vs_fp8") == "01_kv_dtype_auto_vs_fp8"
+    )
+    # no page here: the report's index entry's number, else the notebook's
+    assert r.stem(pages.PREFIX) is None and r.label_of(pages.PREFIX) == "prefix cache (07)"
+    r2 = dataclasses.replace(r, index={"notebooks": {"17_prefix_cache": {}}})
+    assert r2.label_of(pages.PREFIX) == "prefix cache (17)"
+    with pytest.raises(audit.Missing, match=r"^no prefix cache \(17\) summary$"):
+        r2.study(pages.PREFIX)
+    # a page without a number (a summary file given under another name) names itself and shows no number
+    assert r.stem("decode_elsewhere") == "decode_elsewhere" and r.number("decode_elsewhere") is None
+    assert r.setting("decode_elsewhere").load is None and r.setting(pages.DECODE).load == "offline batch"
+    assert "report x: decode_elsewhere" in list(audit.evidence_frame(Evidence((r,)))["evidence"])
+    for bad in ("06", "decode", "Decode_speed"):
+        with pytest.raises(KeyError, match="by its page's name"):
+            r.optional(bad)
+
+
+def test_the_audits_study_names_are_the_registered_studies_pages():
+    """Each name the audit reads a study by (fp8lab.audit.pages) is a registered study's page name, its notebook is
+    that study's, and every claim's evidence is named by one of them (the audit may not import the registry; this
+    test keeps the two in step)."""
+    from fp8lab import studies
+
+    registered = studies.names()
+    assert {pages.notebook_stem(n) for n in pages.WHAT} <= set(registered)
+    assert all(pages.page_name(pages.notebook_stem(n)) == n for n in pages.WHAT)
+    assert {s for c in audit.CLAIMS for s in c.studies} <= set(pages.WHAT)
+    assert set(audit.ROW_STUDIES) <= set(pages.WHAT) and set(audit.match.STUDY_LOAD) <= set(pages.WHAT)
 
 
 def test_spec_checks_and_report_dir_from_the_runner(monkeypatch, tmp_path):

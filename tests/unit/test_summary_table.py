@@ -228,15 +228,17 @@ def test_the_audit_reads_serving_rows_by_field_and_agrees_with_the_flat_summary(
     )
     rules = (audit.rule_mix, audit.rule_ttft_spread, audit.rule_total_memory, audit.rule_loss_grows_with_batch)
     with_rows = audit.load_report(out)
-    assert with_rows.study_rows("01") and audit.rows_note(with_rows, "01_kv_dtype_auto_vs_fp8").startswith(
-        "; its claims read"
-    )
+    assert with_rows.study_rows(audit.pages.SERVING) and audit.rows_note(
+        with_rows, "01_kv_dtype_auto_vs_fp8"
+    ).startswith("; its claims read")
     found = [audit.safe(f, with_rows) for f in rules]
     assert found[0].details["output tok/s"]["read_from"] == "rows"
     assert all(f.verdict != audit.NOT_TESTABLE or f is found[3] for f in found), [f.measured for f in found]
     (out / "01_kv_dtype_auto_vs_fp8.rows.json").unlink()
     flat = audit.load_report(out)
-    assert flat.study_rows("01") is None and "flat summary" in audit.rows_note(flat, "01_kv_dtype_auto_vs_fp8")
+    assert flat.study_rows(audit.pages.SERVING) is None and "flat summary" in audit.rows_note(
+        flat, "01_kv_dtype_auto_vs_fp8"
+    )
     legacy = [audit.safe(f, flat) for f in rules]
     for a, b in zip(found, legacy, strict=True):
         assert (a.verdict, a.measured, a.on_what, a.detectable) == (b.verdict, b.measured, b.on_what, b.detectable)
