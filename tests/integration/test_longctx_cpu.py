@@ -39,6 +39,7 @@ def study(tiny_model, runs_root):
         kv_cache_gib=KV_GIB,
         random_token_lengths=(1008,),
         quality_model=tiny_model,
+        quality_length=256,  # scored through the cache, one decode step per token: the ramp's 1,008 took minutes emulated
         quality_random_docs=1,
         passkey_lengths=(256,),
         passkey_depths=(0.5,),

@@ -156,6 +156,7 @@ def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
         "MIN_LENGTH",
         "QUALITY_LENGTH",  # Study 04: fewer tokens of each document scored (one decode step each)
         "BATCHES",  # Study 06: fewer batch sizes, every context of cpu-tiny's grid kept (a line per batch)
+        "ACTIVE",  # Study 07: the sweep to just past auto's knees, as the main job (every workload kept)
     }, changed
     for nb, k in changed:
         was, now = tiny["notebooks"][nb][k], ci["notebooks"][nb][k]
