@@ -111,7 +111,7 @@ def divergence_table(res: LongCtxResult) -> pd.DataFrame:
         by = _quality_records(res, f"div-{source}")
         if BASELINE not in by:
             continue
-        for dt in [*res.plan.kv_dtypes[1:], *res.emulated]:
+        for dt in res.quality_candidates:
             if dt not in by:
                 continue
             for j, ids in enumerate(ids_list):
@@ -332,7 +332,7 @@ def random_token_table(res: LongCtxResult, div_trend: pd.DataFrame | None = None
             )
     if div_trend is not None and len(div_trend):
         t = div_trend.set_index(["kv_dtype", "source"])
-        for dt in res.plan.kv_dtypes[1:]:
+        for dt in res.quality_candidates:
             if (dt, "text") in t.index and (dt, "random") in t.index:
                 x, r = t.loc[(dt, "text")], t.loc[(dt, "random")]
                 rows.append(
