@@ -4,6 +4,7 @@ long requests' TPOT (17), throughput at 128K (22), chunked prefill (23) and rand
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -405,6 +406,7 @@ def rule_random_tokens(rep: Report) -> Finding:
         f"random tokens {'understate' if float(r) < 1 else 'overstate' if float(r) > 1 else 'match'} FP8's error "
         "here; one document each, no interval",
         {"ratio": r, "label": lab},
-        setting=rep.setting("04"),
+        # the divergence ran on Study 04's quality model (the real model where the ramp ran the shipped one)
+        setting=dataclasses.replace(rep.setting("04"), model=str(s.get("quality_model") or rep.setting("04").model)),
         detectable="unknown (one document each, no interval)",
     )

@@ -155,7 +155,8 @@ class Results:
         for key, (cid, text) in CLAIMS.items():
             label = c[key]["label"]
             word = verdict_word(key, label)
-            sentence = f'"{text}": {label} ({self._setting()}).'
+            where = self._setting(quality=key in ("silent", "random_tokens"))
+            sentence = f'"{text}": {label} ({where}).'
             if key == "block256":  # the audit's rule 12a, on the summary this run records
                 f = self._block_size
                 word = f.verdict  # type: ignore[assignment]  # a word of the audit's scale (Finding checks it)
@@ -169,8 +170,7 @@ class Results:
                 word = f.verdict  # type: ignore[assignment]  # a word of the audit's scale (Finding checks it)
                 detectable["random_tokens"] = f.detectable or None
                 sentence = (
-                    f'"{text}": {word} by the claims audit\'s rule 28 ({f.measured}; {f.on_what}); {label} '
-                    f"({self._setting()})."
+                    f'"{text}": {word} by the claims audit\'s rule 28 ({f.measured}; {f.on_what}); {label} ({where}).'
                 )
             out.append(
                 Verdict(
@@ -205,8 +205,13 @@ class Results:
         rep = audit.Report("run", Path("."), {NAME: self._summary})
         return audit.cap(audit.CLAIMS_BY_ID["28"], safe(audit.rule_random_tokens, rep))
 
-    def _setting(self) -> str:
+    def _setting(self, quality: bool = False) -> str:
+        """The run's setting for a verdict's sentence; ``quality``: of the divergence and passkey engines (their
+        model, which may not be the ramp's, their documents, and the candidates that ran emulated)."""
         p = self.spec
+        if quality and p.quality_model is not None:
+            emulated = f", {' and '.join(self.run.emulated)} (no FP8 KV kernel here)" if self.run.emulated else ""
+            return f"{Path(p.quality_model).name}, teacher-forced documents of {p.doc_length:,} tokens{emulated}"
         budget = f"{p.kv_cache_gib:g} GiB of KV" if p.kv_cache_gib else "vLLM's own KV sizing"
         return (
             f"{Path(p.model).name}, {budget}, block size {self.run.block_size}, prompts up to {p.lengths[-1]:,} tokens"

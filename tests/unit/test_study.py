@@ -436,6 +436,10 @@ def test_claim_28_reads_the_fp8_candidate_native_or_emulated(fake_04):
         )
         assert "rule 28" in mine.sentence and "x1.00" in mine.sentence
     assert audit.rule_random_tokens(_report_04(s)).measured.startswith("fp8 (emulated): random / real text: FP8 ")
+    # the divergence rests on the quality model, which the setting names (cpu-tiny: the real model, the ramp tiny)
+    assert s["quality_model"] == s["model"] == "fp8lab-tiny-qwen3"
+    real = audit.rule_random_tokens(_report_04(s | {"quality_model": "SmolLM2-135M-Instruct"}))
+    assert "SmolLM2-135M-Instruct" in real.setting and "fp8lab-tiny-qwen3" not in real.setting
     # a run that timed random tokens but scored no divergence: the claim (quality only) is not testable on either page
     bare = {k: v for k, v in s.items() if ".random.divergence_ratio" not in k and ".random.flip_ratio" not in k}
     assert fp8_quality_label(bare, "random.divergence_ratio") is None
