@@ -315,7 +315,12 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
     b3 = c["block256"]
     lines.append(
         f'**3. "Block size 256 beats 16 at 128K" — {b3["label"]}.** Block sizes that ran: {b3["sizes"]}.'
-        + (f" Rejected by the attention backend: {b3['unsupported']}." if b3["unsupported"] else "")
+        + (
+            f" Not run: {b3['unsupported']} (refused by the attention backend, or no kernel on this device for the "
+            "swept dtype: see the note above)."
+            if b3["unsupported"]
+            else ""
+        )
     )
     for dt, v in b3["by_dtype"].items():
         ci = v.get("itl_256_vs_smallest_ci")
