@@ -35,6 +35,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,40 +144,53 @@ def divergence_columns(base: Any, cand: Any, token_ids: Any, top_k: int) -> tupl
     return top1, topk, np.concatenate([[np.nan], d.kl.to_numpy()])
 
 
-def slim_divergence(study_dir: Path, profile: str) -> None:
-    """Study 04's ``div-*`` records: per-position divergence into the candidates' records, top-k lists out (the
-    scores of the actual tokens stay: ``prompt_token_logprobs`` of one-pass records, ``output_token_logprobs`` of
-    forced ones)."""
-    from fp8lab import longctx
+def _divergence_runs(study_dir: Path) -> dict[str, tuple[Path, Any]]:
+    """The engines of ``study_dir`` that scored ``div-*`` documents: ``{folder name: (folder, records)}``."""
     from fp8lab.engine.results import read_records
 
-    runs = {}
+    out = {}
     for rd in sorted(study_dir.iterdir()):
         rec = rd / "records.parquet"
         if not rec.exists():
             continue
         df = read_records(rec)
         if "phase" in df and df.phase.astype(str).str.startswith("div-").any():
-            kv = json.loads((rd / "spec.json").read_text())["engine"]["kv_cache_dtype"]
-            runs[kv] = (rd, df)
-    if longctx.BASELINE not in runs or not {"prompt_topk_ids", "output_topk_ids"} & set(runs[longctx.BASELINE][1]):
+            out[rd.name] = (rd, df)
+    return out
+
+
+def slim_divergence(study_dir: Path, profile: str, emulated_dirs: Sequence[Path] = ()) -> None:
+    """Study 04's ``div-*`` records: per-position divergence into the candidates' records, top-k lists out (the
+    scores of the actual tokens stay: ``prompt_token_logprobs`` of one-pass records, ``output_token_logprobs`` of
+    forced ones). The candidates are the FP8 engines beside ``auto`` in ``study_dir`` and every engine of
+    ``emulated_dirs`` (``04_long_context.fp8emu-*``: FP8 emulated on a CPU without the kernel, a bf16 cache, so
+    their spec says ``auto``), each compared with ``study_dir``'s ``auto`` engine."""
+    from fp8lab import longctx
+
+    runs = _divergence_runs(study_dir)
+    kv = {n: json.loads((rd / "spec.json").read_text())["engine"]["kv_cache_dtype"] for n, (rd, _) in runs.items()}
+    bases = [n for n in runs if kv[n] == longctx.BASELINE]
+    if not bases or not {"prompt_topk_ids", "output_topk_ids"} & set(runs[bases[-1]][1]):
         return  # nothing to do (no quality engines, or slimmed already)
+    base_dir, base = runs[bases[-1]]
+    cands = {n: r for n, r in runs.items() if kv[n] != longctx.BASELINE}
+    for d in emulated_dirs:
+        cands |= {f"{d.name}/{n}": r for n, r in _divergence_runs(d).items()}
     plan = _longctx_plan(profile)
     docs = longctx.quality_documents(plan)
-    base_dir, base = runs[longctx.BASELINE]
     base = base.set_index("tag", drop=False)
-    for kv, (rd, df) in runs.items():
-        if kv == longctx.BASELINE:
-            continue
+    out = [(base_dir, runs[bases[-1]][1])]
+    for rd, df in cands.values():
         top1, topk, kl = [None] * len(df), [None] * len(df), [None] * len(df)
         for i, tag in enumerate(df.tag):
             src, _, j = str(tag).rpartition("-")
             if not str(df.phase.iloc[i]).startswith("div-") or src not in docs or tag not in base.index:
                 continue
             top1[i], topk[i], kl[i] = divergence_columns(base.loc[tag], df.iloc[i], docs[src][int(j)], plan.top_k)
-        df = df.assign(div_top1=top1, div_topk=topk, div_kl=kl, div_top_k=plan.top_k, div_base=base_dir.name)
-        runs[kv] = (rd, df)
-    for _kv, (rd, df) in runs.items():
+        out.append(
+            (rd, df.assign(div_top1=top1, div_topk=topk, div_kl=kl, div_top_k=plan.top_k, div_base=base_dir.name))
+        )
+    for rd, df in out:
         # one-pass (prompt_*) or through the cache (output_*, forced: fp8lab.scoring) top-k lists
         lists = ("prompt_topk_ids", "prompt_topk_logprobs", "output_topk_ids", "output_topk_logprobs")
         df = df.drop(columns=[c for c in lists if c in df])
@@ -232,7 +246,8 @@ def slim_tree(root: Path, profile: str | None, itl_exp: int = ITL_EXP) -> None:
             log.unlink()
     if profile:
         for study in sorted(p for p in root.iterdir() if p.is_dir() and p.name == "04_long_context"):
-            slim_divergence(study, profile)
+            # FP8 emulated on a CPU without the kernel (fp8lab.engine.fp8emu): stored beside, compared with its auto
+            slim_divergence(study, profile, sorted(root.glob("04_long_context.fp8emu-*")))
 
 
 def pack(root: Path, dest: Path) -> None:

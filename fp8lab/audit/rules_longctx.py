@@ -4,6 +4,7 @@ long requests' TPOT (17), throughput at 128K (22), chunked prefill (23) and rand
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -38,6 +39,7 @@ from fp8lab.audit.scale import (
     per_report,
     rule,
 )
+from fp8lab.engine.fp8emu import emulated_label
 
 # ---------------------------------------------------------------------------------------------- claim 6
 LIMITED = ("serialized", "preempted", "over_capacity")
@@ -384,23 +386,37 @@ def rule_chunked_prefill(ev: Evidence) -> Finding:
 
 
 # --------------------------------------------------------------------------------------------- claim 28
+def fp8_quality_label(s: Mapping[str, Any], key: str) -> str | None:
+    """The label under which Study 04's summary ``s`` holds its FP8 candidate's quality key ``<label>.<key>``:
+    ``fp8`` from the native FP8 KV kernel, else ``fp8 (emulated)`` (:func:`fp8lab.engine.fp8emu.emulated_label`: a
+    CPU without the kernel runs Study 04's divergence and passkey engines emulated); None when neither is recorded."""
+    return next((lab for lab in ("fp8", emulated_label("fp8")) if s.get(f"{lab}.{key}") is not None), None)
+
+
 @per_report("28")
 def rule_random_tokens(rep: Report) -> Finding:
-    """Study 04's FP8 divergence from auto on random token ids over the same on real text (one document each): a
-    ratio far below 1 says random tokens understate FP8's error. With one document each and no interval, the ratio
+    """Study 04's FP8 divergence from auto on random token ids over the same on real text (one document each), from
+    its FP8 candidate native or emulated (:func:`fp8_quality_label`): a ratio far from 1 says random tokens misstate
+    FP8's error (below 1 understate it, above 1 overstate it). With one document each and no interval, the ratio
     cannot decide "worthless" (inconclusive); capacity and speed do not depend on token content (the GPU speed
     studies use dummy weights and token ids), so the claim can at most hold for quality."""
     s = rep.study(LONG_CONTEXT)
-    r, fr = s.get("fp8.random.divergence_ratio"), s.get("fp8.random.flip_ratio")
-    if r is None:
-        raise Missing("long context (04) recorded no random-token divergence")
+    lab = fp8_quality_label(s, "random.divergence_ratio")
+    if lab is None:
+        raise Missing(f"long context ({rep.number(LONG_CONTEXT)}) recorded no random-token divergence")
+    r, fr = s[f"{lab}.random.divergence_ratio"], s.get(f"{lab}.random.flip_ratio")
     return finding(
         INCONCLUSIVE,
-        f"random / real text: FP8 divergence x{float(r):.2f}"
+        ("" if lab == "fp8" else f"{lab}: ")  # an emulated candidate is named as such
+        + f"random / real text: FP8 divergence x{float(r):.2f}"
         + (f", top-1 flips x{float(fr):.2f}" if fr is not None else "")
-        + " (04)",
-        "random tokens understate FP8's error here; one document each, no interval",
-        {"ratio": r},
-        setting=rep.setting(LONG_CONTEXT),
+        + f" ({rep.number(LONG_CONTEXT)})",
+        f"random tokens {'understate' if float(r) < 1 else 'overstate' if float(r) > 1 else 'match'} FP8's error "
+        "here; one document each, no interval",
+        {"ratio": r, "label": lab},
+        # the divergence ran on Study 04's quality model (the real model where the ramp ran the shipped one)
+        setting=dataclasses.replace(
+            rep.setting(LONG_CONTEXT), model=str(s.get("quality_model") or rep.setting(LONG_CONTEXT).model)
+        ),
         detectable="unknown (one document each, no interval)",
     )

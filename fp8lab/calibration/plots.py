@@ -10,6 +10,9 @@ from typing import Any
 from fp8lab.plots import theme
 
 STRATEGY_COLORS = {"tensor": "#4C72B0", "attn_head": "#DD8452"}
+#: Heatmaps write each cell's value up to this many layers; a deeper model (SmolLM2-135M: 30) gets a colour bar
+#: instead (30 rows of numbers overlap into an unreadable, and several times larger, image).
+MAX_ANNOTATED_LAYERS = 12
 
 
 def scale_heatmaps(scales: Any, names: Sequence[str], fmt: str = "e4m3", strategy: str = "attn_head") -> Any:
@@ -21,7 +24,8 @@ def scale_heatmaps(scales: Any, names: Sequence[str], fmt: str = "e4m3", strateg
     for i, name in enumerate(names):
         for j, t in enumerate(("K", "V")):
             d = s[(s["name"] == name) & (s.tensor == t)].pivot(index="layer", columns="head", values="scale")
-            sns.heatmap(d, annot=True, fmt=".4f", cmap="viridis", cbar=False, ax=axes[i, j], annot_kws={"size": 8})
+            annot = d.shape[0] <= MAX_ANNOTATED_LAYERS
+            sns.heatmap(d, annot=annot, fmt=".4f", cmap="viridis", cbar=not annot, ax=axes[i, j], annot_kws={"size": 8})
             axes[i, j].set(title=f"{name}: {t} scale ({fmt}, {strategy})", xlabel="KV head", ylabel="layer")
     fig.tight_layout()
     return fig
@@ -45,8 +49,17 @@ def reldiff_heatmaps(
         for j, t in enumerate(("K", "V")):
             d = d0[(d0.strategy == st) & (d0.tensor == t)].pivot(index="layer", columns="head", values="rel_diff")
             ax = axes[i, j]
+            annot = d.shape[0] <= MAX_ANNOTATED_LAYERS
             sns.heatmap(
-                d, annot=True, fmt=".3f", cmap="magma_r", vmin=0, vmax=vmax, cbar=False, ax=ax, annot_kws={"size": 8}
+                d,
+                annot=annot,
+                fmt=".3f",
+                cmap="magma_r",
+                vmin=0,
+                vmax=vmax,
+                cbar=not annot,
+                ax=ax,
+                annot_kws={"size": 8},
             )
             for r in range(d.shape[0]):
                 for c in range(d.shape[1]):

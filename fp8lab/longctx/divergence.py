@@ -111,7 +111,7 @@ def divergence_table(res: LongCtxResult) -> pd.DataFrame:
         by = _quality_records(res, f"div-{source}")
         if BASELINE not in by:
             continue
-        for dt in [*res.plan.kv_dtypes[1:], *res.emulated]:
+        for dt in res.quality_candidates:
             if dt not in by:
                 continue
             for j, ids in enumerate(ids_list):
@@ -280,10 +280,13 @@ def paired_mde_proportion(base: Any, cand: Any, power: float = 0.8, alpha: float
     level ``alpha`` (normal approximation, McNemar's design): ``(z_{1-alpha/2} + z_power) * sqrt(p_disc / n)``, where
     ``p_disc`` is the share of discordant prompts. With none discordant it plans for the share that accuracy alone
     allows (``2 p (1 - p)`` at the baseline's accuracy ``p``, independent answers), so a perfect agreement on an easy
-    task does not read as the power to see any change. A fraction (0.05 = 5 points).
+    task does not read as the power to see any change; at an accuracy of 0 or 1, where that share is 0 too, the rule
+    of three's bound on the discordant share, ``3 / n``. A fraction (0.05 = 5 points).
 
     >>> round(paired_mde_proportion([1, 0] * 200, [1, 0] * 199 + [0, 1]), 3)  # 2 of 400 discordant
-    0.02
+    0.01
+    >>> round(paired_mde_proportion([1, 1, 1], [1, 1, 1]), 2)  # none discordant, all right: 3/n bounds it
+    1.62
     """
     from statistics import NormalDist
 
@@ -295,7 +298,9 @@ def paired_mde_proportion(base: Any, cand: Any, power: float = 0.8, alpha: float
     disc = float(np.mean(b != c))
     if disc == 0.0:
         p = float(b.mean())
-        disc = 2 * p * (1 - p)
+        # every prompt right (or wrong) on both sides plans for no discordance at all: bound it instead by the rule of
+        # three (3/n at 95%, as passkey_paired's interval does), so 3 prompts all right do not "detect 0 points"
+        disc = max(2 * p * (1 - p), 3.0 / n)
     z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
     return float(z * np.sqrt(disc / n))
 
@@ -332,7 +337,7 @@ def random_token_table(res: LongCtxResult, div_trend: pd.DataFrame | None = None
             )
     if div_trend is not None and len(div_trend):
         t = div_trend.set_index(["kv_dtype", "source"])
-        for dt in res.plan.kv_dtypes[1:]:
+        for dt in res.quality_candidates:
             if (dt, "text") in t.index and (dt, "random") in t.index:
                 x, r = t.loc[(dt, "text")], t.loc[(dt, "random")]
                 rows.append(

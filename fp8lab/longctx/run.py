@@ -40,6 +40,13 @@ class LongCtxResult:
     emulated: list[str] = field(default_factory=list)  # labels of FP8 dtypes whose quality phases ran emulated
     notes: list[str] = field(default_factory=list)  # what was not measured natively and why (fp8lab.engine.capability)
 
+    @property
+    def quality_candidates(self) -> list[str]:
+        """The candidate labels whose quality phases (divergence, passkey) may have run, each compared with
+        ``auto``: the plan's FP8 dtypes (native), then those that ran emulated (``fp8 (emulated)``, on a device
+        without the FP8 KV kernel). Every quality table and claim reads its candidates from here."""
+        return [*self.plan.kv_dtypes[1:], *self.emulated]
+
     def results(self, role: str, kv_dtype: str | None = None) -> list[Any]:
         """The engine results of ``role`` (and ``kv_dtype``), in run order."""
         return [r["result"] for r in self.runs if r["role"] == role and (kv_dtype is None or r["kv_dtype"] == kv_dtype)]

@@ -17,7 +17,9 @@ excludes it, which the audit's ``refuted`` needs; for the silent-failure claim, 
 context confirms it). The block-size claim (the audit's 12a) is the exception: its verdict is the claims audit's own
 rule, :func:`fp8lab.audit.rules_longctx.block_size_finding`, applied to the summary this run records (the audit
 applies it to the same summary), so Study 04 and the audit give one verdict on one run; its ``label`` says only which
-block size was fastest. ``n`` and ``detectable`` per claim: ``oom`` the dtypes whose boundary was found, to one KV
+block size was fastest. So is the random-token claim (the audit's 28): the audit's rule
+:func:`fp8lab.audit.rules_longctx.rule_random_tokens` on this run's summary, reading the FP8 candidate native or
+emulated. ``n`` and ``detectable`` per claim: ``oom`` the dtypes whose boundary was found, to one KV
 block; ``gains_grow`` the ramp lengths compared one request at a time, the 95% CI half-width of the ITL median's
 relative delta at the longest; ``block256`` the block sizes that ran at the longest sweep length, the rule's
 detectable effect (the ramp's own scatter, :func:`fp8lab.audit.readers.ramp_noise`); ``silent`` the teacher-forced positions scored on real text; ``random_tokens`` the rows
@@ -153,7 +155,8 @@ class Results:
         for key, (cid, text) in CLAIMS.items():
             label = c[key]["label"]
             word = verdict_word(key, label)
-            sentence = f'"{text}": {label} ({self._setting()}).'
+            where = self._setting(quality=key in ("silent", "random_tokens"))
+            sentence = f'"{text}": {label} ({where}).'
             if key == "block256":  # the audit's rule 12a, on the summary this run records
                 f = self._block_size
                 word = f.verdict  # type: ignore[assignment]  # a word of the audit's scale (Finding checks it)
@@ -161,6 +164,13 @@ class Results:
                 sentence = (
                     f'"{text}": {word} by the claims audit\'s rule 12a ({f.measured}; {f.on_what}); '
                     f"fastest: {label} ({self._setting()})."
+                )
+            if key == "random_tokens":  # the audit's rule 28 on this run's summary (FP8 native or emulated)
+                f = self._random_tokens
+                word = f.verdict  # type: ignore[assignment]  # a word of the audit's scale (Finding checks it)
+                detectable["random_tokens"] = f.detectable or None
+                sentence = (
+                    f'"{text}": {word} by the claims audit\'s rule 28 ({f.measured}; {f.on_what}); {label} ({where}).'
                 )
             out.append(
                 Verdict(
@@ -185,8 +195,23 @@ class Results:
         rep = audit.Report("run", Path("."), {NAME: self._summary})
         return audit.cap(audit.CLAIMS_BY_ID["12a"], safe(audit.rule_block_size, rep))
 
-    def _setting(self) -> str:
+    @functools.cached_property
+    def _random_tokens(self) -> Finding:
+        """Claim 28 judged by the audit's rule (:func:`~fp8lab.audit.rules_longctx.rule_random_tokens`) on this
+        run's summary, capped as the audit caps it (one verdict per claim on every page); ``not testable here`` when
+        no random-token divergence was recorded (a timing-only run: the claim can at most hold for quality)."""
+        import fp8lab.audit as audit
+
+        rep = audit.Report("run", Path("."), {NAME: self._summary})
+        return audit.cap(audit.CLAIMS_BY_ID["28"], safe(audit.rule_random_tokens, rep))
+
+    def _setting(self, quality: bool = False) -> str:
+        """The run's setting for a verdict's sentence; ``quality``: of the divergence and passkey engines (their
+        model, which may not be the ramp's, their documents, and the candidates that ran emulated)."""
         p = self.spec
+        if quality and p.quality_model is not None:
+            emulated = f", {' and '.join(self.run.emulated)} (no FP8 KV kernel here)" if self.run.emulated else ""
+            return f"{Path(p.quality_model).name}, teacher-forced documents of {p.doc_length:,} tokens{emulated}"
         budget = f"{p.kv_cache_gib:g} GiB of KV" if p.kv_cache_gib else "vLLM's own KV sizing"
         return (
             f"{Path(p.model).name}, {budget}, block size {self.run.block_size}, prompts up to {p.lengths[-1]:,} tokens"

@@ -23,6 +23,8 @@ def summary_values(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str, A
     c = claims(res, t) if c is None else c
     s: dict[str, Any] = {
         "model": Path(plan.model).name,
+        # the model the divergence and passkey verdicts rest on (the ramp's model above when it is the same one)
+        **({"quality_model": Path(plan.quality_model).name} if plan.quality_model is not None else {}),
         "load_format": plan.load_format,
         "kv_dtypes": list(plan.kv_dtypes),
         "lengths": list(plan.lengths),

@@ -193,6 +193,10 @@ def test_passkey_paired_difference_interval_and_power():
     same = passkey_paired(pk.assign(correct=pk.tag.isin(tags[:80]))).iloc[0]
     assert (same["diff"], same.ci_low, same.ci_high) == (0.0, -0.03, 0.03)
     assert same.mde == pytest.approx(2.8015852 * np.sqrt(2 * 0.8 * 0.2 / 100), rel=1e-6)
+    # every prompt right on both sides (cpu-tiny's 3 passkey prompts per length): the planned discordance 2p(1-p) is
+    # 0, which read as "detects 0.0 points"; the rule of three bounds it at 3/n: 3 prompts detect nothing under 100 points
+    assert paired_mde_proportion([1, 1, 1], [1, 1, 1]) == pytest.approx(2.8015852 * np.sqrt(1 / 3), rel=1e-6)
+    assert paired_mde_proportion([1] * 300, [1] * 300) == pytest.approx(2.8015852 * np.sqrt(0.01 / 300), rel=1e-6)
 
 
 def test_passkey_scoring():

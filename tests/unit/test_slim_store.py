@@ -200,6 +200,50 @@ def test_divergence_table_reads_fresh_and_slimmed_records(slim_store):
     pd.testing.assert_frame_equal(lc.divergence_by_position(got, plan.position_bins, plan.doc_length), bins, rtol=1e-6)
 
 
+def test_an_emulated_candidate_is_slimmed_against_auto(tmp_path, slim_store, monkeypatch):
+    """On a CPU without the FP8 KV kernel Study 04's fp8 quality engine runs emulated and is stored beside the study,
+    in ``04_long_context.fp8emu-e4m3`` (its spec says ``auto``: a bf16 cache). slim_tree must derive its divergence
+    against ``04_long_context``'s auto before dropping the lists; before, it slimmed auto's lists away and left the
+    emulated records as they were, and the re-rendered page read a top-1 flip rate of 1.0 (cpu-tiny, 2026-12-03)."""
+    import json
+
+    plan = lc.LongCtxPlan(
+        model=str(REPO_ROOT / "data/models/fp8lab-tiny-qwen3"),
+        lengths=(512,),
+        output_tokens=32,
+        kv_cache_gib=0.03,
+        quality_model=str(REPO_ROOT / "data/models/fp8lab-tiny-qwen3"),
+        quality_length=200,
+        passkey_lengths=(),
+        random_token_lengths=(),
+    )
+    monkeypatch.setattr(slim_store, "_longctx_plan", lambda profile: plan)
+    docs = lc.quality_documents(plan)
+    rng = np.random.default_rng(3)
+    rows: dict[str, list] = {"auto": [], "emu": []}
+    for src, id_list in docs.items():
+        for j, ids in enumerate(id_list):
+            _, b, c = _div_rows(rng, len(ids), plan.top_k)
+            for side, r in (("auto", b), ("emu", c)):
+                rows[side].append({"phase": f"div-{src}", "tag": f"{src}-{j}", **r.to_dict()})
+    for folder, side in (("04_long_context/a1", "auto"), ("04_long_context.fp8emu-e4m3/b2", "emu")):
+        rd = tmp_path / folder
+        rd.mkdir(parents=True)
+        (rd / "spec.json").write_text(json.dumps({"engine": {"kv_cache_dtype": "auto"}}))
+        pd.DataFrame(rows[side]).to_parquet(rd / "records.parquet", index=False)
+    slim_store.slim_tree(tmp_path, "cpu-tiny")
+    base = results.read_records(tmp_path / "04_long_context/a1/records.parquet").set_index("tag")
+    emu = results.read_records(tmp_path / "04_long_context.fp8emu-e4m3/b2/records.parquet").set_index("tag")
+    assert "prompt_topk_ids" not in base and "prompt_topk_ids" not in emu and "div_kl" in emu and "div_kl" not in base
+    fresh_base, fresh_emu = pd.DataFrame(rows["auto"]).set_index("tag"), pd.DataFrame(rows["emu"]).set_index("tag")
+    for tag in ("text-0", "random-0"):
+        src = tag.rpartition("-")[0]
+        want = lc.position_divergence(fresh_base.loc[tag], fresh_emu.loc[tag], docs[src][0], plan.top_k)
+        got = lc.stored_divergence(base.loc[tag], emu.loc[tag], docs[src][0], plan.top_k)
+        assert got.top1.tolist() == want.top1.tolist() and 0 < want.top1.mean() < 1
+        np.testing.assert_allclose(got.kl, want.kl, rtol=1e-6)
+
+
 HTML = """<html><head><script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.1.10/require.min.js"></script>
 <style type="text/css">
 :root { --jp-icon-x: url(data:image/svg+xml;base64,AAAA); --jp-used: 1px; --jp-unused: 2px; --jp-chain: var(--jp-used); }

@@ -21,6 +21,7 @@ from fp8lab import audit, studies, study
 from fp8lab import longctx as lc
 from fp8lab import prefix as px
 from fp8lab.audit import study as s05
+from fp8lab.audit.rules_longctx import fp8_quality_label
 from fp8lab.errors import SpecError
 from fp8lab.longctx import study as s04
 from fp8lab.paths import NOTEBOOKS_DIR
@@ -397,6 +398,55 @@ def test_claim_12a_a_small_gain_is_not_the_claimed_one():
     )
     assert s04.verdict_word("block256", "supported") == "confirmed"  # what Study 04 said before
     assert audit.rule_block_size(_report_04(s)).verdict == f.verdict  # the audit reads the same summary the same way
+
+
+# ------------------------------------------------------------------------------------------ claim 28, FP8 emulated
+def _as_emulated(res: s04.Results) -> s04.Results:
+    """``res`` as a CPU without the FP8 KV kernel records it (fp8lab.longctx.run._run_emulated): the fp8 engine's
+    quality phases (divergence, passkey) on an emulated engine, labelled ``fp8 (emulated)``."""
+    from fp8lab.longctx.run import EMULATED_ROLE
+
+    rec = res.run.records.copy()
+    q = (rec.kv_dtype == "fp8") & rec.phase.isin(["div-text", "div-random", "passkey"]) & (rec.role == "ramp")
+    rec.loc[q, "kv_dtype"], rec.loc[q, "role"] = "fp8 (emulated)", EMULATED_ROLE
+    return s04.Results(dataclasses.replace(res.run, records=rec, emulated=["fp8 (emulated)"]))
+
+
+def test_claim_28_reads_the_fp8_candidate_native_or_emulated(fake_04):
+    """On an AVX2-only CPU Study 04's divergence runs on ``fp8 (emulated)``: its random-token ratio, its divergence
+    section and claim 28 must read that candidate as they read ``fp8``. Before, the random-vs-real table and the
+    silent-failure section looked for ``fp8`` only ("not measured"), and the audit's rule read
+    ``fp8.random.divergence_ratio`` only (not testable), while Study 04's own verdict table said inconclusive."""
+    _, native, _, _ = fake_04
+    emu = _as_emulated(native)
+    s, sn = emu.summary(), native.summary()
+    assert "fp8.random.divergence_ratio" not in s
+    assert s["fp8 (emulated).random.divergence_ratio"] == sn["fp8.random.divergence_ratio"] == pytest.approx(1.0)
+    assert s["claim.silent"] == sn["claim.silent"] == "no growth along the context"  # old: "not measured"
+    assert "`fp8 (emulated)` vs `auto`, teacher-forced on real text" in emu.markdown()
+    for res, lab in ((native, "fp8"), (emu, "fp8 (emulated)")):
+        summary = res.summary()
+        assert fp8_quality_label(summary, "random.divergence_ratio") == lab
+        theirs = audit.cap(audit.CLAIMS_BY_ID["28"], audit.rule_random_tokens(_report_04(summary)))
+        mine = {x.claim_id: x for x in res.verdict()}["28"]
+        assert (
+            (mine.verdict, mine.detectable)
+            == (theirs.verdict, theirs.detectable)
+            == (
+                "inconclusive",
+                "unknown (one document each, no interval)",
+            )
+        )
+        assert "rule 28" in mine.sentence and "x1.00" in mine.sentence
+    assert audit.rule_random_tokens(_report_04(s)).measured.startswith("fp8 (emulated): random / real text: FP8 ")
+    # the divergence rests on the quality model, which the setting names (cpu-tiny: the real model, the ramp tiny)
+    assert s["quality_model"] == s["model"] == "fp8lab-tiny-qwen3"
+    real = audit.rule_random_tokens(_report_04(s | {"quality_model": "SmolLM2-135M-Instruct"}))
+    assert "SmolLM2-135M-Instruct" in real.setting and "fp8lab-tiny-qwen3" not in real.setting
+    # a run that timed random tokens but scored no divergence: the claim (quality only) is not testable on either page
+    bare = {k: v for k, v in s.items() if ".random.divergence_ratio" not in k and ".random.flip_ratio" not in k}
+    assert fp8_quality_label(bare, "random.divergence_ratio") is None
+    assert audit.safe(audit.rule_random_tokens, _report_04(bare)).verdict == "not testable here"
 
 
 # ------------------------------------------------------------------------------------------ Study 05 (the audit)
