@@ -139,7 +139,7 @@ def test_the_audit_reads_the_rows_this_run_wrote(nb02, folder, tmp_path):
     shutil.copytree(folder, flat)
     (flat / f"{NB02.stem}.rows.json").unlink()
     legacy = audit.load_report(flat)
-    assert legacy.study_rows("02") is None
+    assert legacy.study_rows(audit.pages.CALIBRATION) is None
     for rule in (audit.rule_32_token_calibration, audit.rule_top3_band):
         a, b = audit.safe(rule, rep), audit.safe(rule, legacy)
         assert a.verdict != audit.NOT_TESTABLE or rule is audit.rule_top3_band, a.measured
