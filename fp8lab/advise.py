@@ -11,8 +11,9 @@ per kv dtype:
   batch) and to another model or GPU through the bandwidth bound (:mod:`fp8lab.roofline`): the fixed cost is split
   into the time to read the weights once at the measured bandwidth, which scales with the weight bytes per step
   over the bandwidth, and the rest (kernel launches, sampling, the scheduler: per layer), which scales with the
-  number of layers; the slope scales with the KV bytes per token over the bandwidth. The 95% interval is the fit's (intercept, slope and their covariance); a warning says when a
-  prediction leaves the measured contexts or batches, or the reference's model or GPU;
+  number of layers; the slope scales with the KV bytes per token over the bandwidth. The 95% interval is the
+  fit's (intercept, slope and their covariance); a warning says when a prediction leaves the measured contexts or
+  batches, or the reference's model or GPU;
 - **whether FP8 pays**: the step ratio with its interval, and whether auto can hold the batch at all.
 
 :func:`validate` checks the step model on held-out measured points of the reference (contexts left out of a fit,
@@ -211,7 +212,10 @@ def predict_step(
             "count (validated on one other measured shape: see the validation table)"
         )
     if bandwidth_gbs and abs(bandwidth_gbs / ref.bandwidth_gbs - 1) > 0.01:
-        warns.append(f"another GPU than the reference's {ref.device}: scaled by bandwidth only, not validated")
+        warns.append(
+            f"another GPU than the reference's {ref.device}: the weights' read and the KV slope scaled by bandwidth, "
+            "the per-layer rest kept; not validated"
+        )
     from fp8lab.stats import t_quantile
 
     h = t_quantile(df) * math.sqrt(max(var, 0.0)) if df >= 1 else math.inf
