@@ -196,7 +196,7 @@ def run_studies(
 ) -> dict:
     """Each study on ``store`` under FP8LAB_STORE_ONLY, in this process: ``{stem: summary}``; with ``out_dir``, its
     ``<stem>.summary.json`` and ``.rows.json`` written there as the notebook writes them (``report.record_summary``)."""
-    from fp8lab import studies
+    from fp8lab import studies as registry
     from fp8lab.profiles import load_profile, resolved_parameters
     from fp8lab.report import run as report
 
@@ -204,7 +204,7 @@ def run_studies(
     os.environ["FP8LAB_RUNS"] = str(store)
     out = {}
     for stem, extra in studies:
-        mod = studies.load(stem)  # imported before patching, so its own `spec_hash` names are patched too
+        mod = registry.load(stem)  # imported before patching, so its own `spec_hash` names are patched too
         saved = _patch(wrapper)
         try:
             spec = mod.Spec.from_params(
