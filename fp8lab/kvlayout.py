@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, Literal, TypeGuard, get_args, overload
 
 from fp8lab.kvformats import FORMATS
-from fp8lab.specs import SpecError
+from fp8lab.specs import SpecError, resolve_model
 
 GIB = 1 << 30
 """Bytes in one GiB."""
@@ -136,18 +136,15 @@ def config_path(src: str | Path) -> Path:
     """The ``config.json`` that ``src`` names: the file itself, or ``<folder>/config.json``.
 
     A relative path that does not exist is also tried under the repository's ``data/configs/`` (so
-    ``"qwen3-8b"`` finds ``data/configs/qwen3-8b/config.json``), and the real model's name
-    (:data:`fp8lab.realmodel.NAME`) is its converted folder, as an engine spec resolves it.
+    ``"qwen3-8b"`` finds ``data/configs/qwen3-8b/config.json``); a name is first resolved as an engine spec resolves
+    it (:func:`fp8lab.specs.resolve_model`: the real model's name is its converted folder).
     """
-    from fp8lab import realmodel
     from fp8lab.paths import CONFIGS_DIR, REPO_ROOT
 
-    p = Path(src).expanduser()
+    p = Path(resolve_model(str(src))).expanduser()
     candidates = [p]
     if not p.is_absolute():
         candidates += [REPO_ROOT / p, CONFIGS_DIR / p]
-    if str(src).strip().lower() == realmodel.NAME:
-        candidates.append(realmodel.model_dir())
     for cand in candidates:
         if cand.is_file():
             return cand

@@ -14,10 +14,8 @@ from fp8lab.keynumbers import KeyNumbers, fmt_number
 def key_numbers(s: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] | None = None) -> KeyNumbers:
     """This study's key numbers for the index: from ``rows`` (its typed rows) where the page has them, else from its
     flat summary ``s``."""
-    s = dict(s or {})
-    if rows is not None:
-        return _from_summary(s)  # its rows hold the scale sets' differences and quality, none of its index numbers
-    return _from_summary(s)
+    # its rows hold the scale sets' differences and quality, none of its index numbers: the summary either way
+    return _from_summary(dict(s or {}))
 
 
 def _from_summary(s: Mapping[str, Any]) -> KeyNumbers:

@@ -45,7 +45,7 @@ def test_named_index_becomes_a_column_and_wide_frames_are_whole():
         ("half-width +-0.0 pp", "half-width ±0.0 pp"),
         ("half-width +-1 request", "half-width +-1 request"),
         ("see /tmp/fp8lab-runs/03_quality/f218a99cb35b", "see OUT/f218a99cb35b"),
-        ("model /work/main/data/models/tiny", "model data/models/tiny"),
+        ("model /home/someone/fp8lab/data/models/tiny", "model data/models/tiny"),
         ("[-6.6, +35.5]", "[-6.6, +35.5]"),
     ],
 )
@@ -73,7 +73,7 @@ def test_pagecheck_finds_each_kind_and_tidy_page_fixes_them():
     assert "<td>...</td>" not in fixed and "A table of 3 rows and 27 columns, shown in part" in fixed
     assert readable.tidy_page(fixed) == fixed
     # a path in a code span (a parameter's value) is the reader's too; styles are left alone
-    page = '<td><code>"/work/main/data/models/tiny"</code></td><style>a{x:1e-05}</style>'
+    page = '<td><code>"/home/someone/fp8lab/data/models/tiny"</code></td><style>a{x:1e-05}</style>'
     assert readable.tidy_page(page) == '<td><code>"data/models/tiny"</code></td><style>a{x:1e-05}</style>'
 
 
