@@ -52,3 +52,14 @@ STORE_ONLY_ENV = "FP8LAB_STORE_ONLY"
 def store_only() -> bool:
     """True while re-rendering reports from committed stores (``$FP8LAB_STORE_ONLY``): nothing may start an engine."""
     return bool(os.environ.get(STORE_ONLY_ENV))
+
+
+#: Set on a GPU host to reuse a committed run measured by the same vLLM under older fp8lab engine code
+#: (:func:`fp8lab.engine.results.reusable`): a study whose one part is re-measured keeps its other parts' runs.
+REUSE_STORED_ENV = "FP8LAB_REUSE_STORED"
+
+
+def reuse_stored() -> bool:
+    """True where ``$FP8LAB_REUSE_STORED`` is set: a run of the same spec, phases and model stored under other
+    engine code, by the vLLM installed here, is loaded instead of measured again."""
+    return bool(os.environ.get(REUSE_STORED_ENV))

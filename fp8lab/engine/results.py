@@ -40,7 +40,7 @@ from fp8lab.engine.capability import unsupported_result
 from fp8lab.engine.result import EngineResult
 from fp8lab.engine.run import Driver, run_engine
 from fp8lab.metrics import percentiles, throughput
-from fp8lab.paths import REPO_ROOT, STORE_ONLY_ENV, runs_dir, store_only
+from fp8lab.paths import REPO_ROOT, STORE_ONLY_ENV, reuse_stored, runs_dir, store_only
 from fp8lab.specs import EngineSpec, Phase, Request, resolve_model, spec_hash
 
 FINAL_STATUSES = ("ok", "oom", "unsupported", "invalid")
@@ -353,7 +353,8 @@ VERSION_KEYS = ("vllm", "torch", "engine_code", "study_code")
 def stored_elsewhere(
     run_dir: Path, descriptor: dict[str, Any], done: str | Callable[[Path], bool] = "complete.json"
 ) -> Path | None:
-    """For a re-render only (:func:`store_only`; a normal run never calls it): the stored run beside ``run_dir``
+    """For a re-render only (:func:`store_only`; a normal run never calls it, :func:`reusable` is its GPU-host
+    counterpart): the stored run beside ``run_dir``
     whose ``spec.json`` equals ``descriptor`` in everything but :data:`VERSION_KEYS`, i.e. the same study measured
     under another vLLM, torch or engine code (the H200's 0.26.0 re-rendered on the CPU's 0.32.0), or stored before
     those keys were part of the descriptor; when this machine lacks the model's files (``descriptor`` has no
@@ -363,6 +364,14 @@ def stored_elsewhere(
 
     # a model whose files are not on this machine has no digest here: it is then found by its name (model_ref)
     skip = VERSION_KEYS if "model_digest" in descriptor else (*VERSION_KEYS, "model_digest")
+    found = _alike(run_dir, descriptor, skip)
+    finished = done if callable(done) else (lambda d: (d / done).exists())
+    found.sort(key=lambda d: not finished(d))
+    return found[0] if found else None
+
+
+def _alike(run_dir: Path, descriptor: dict[str, Any], skip: Sequence[str]) -> list[Path]:
+    """The stored folders beside ``run_dir`` whose ``spec.json`` equals ``descriptor`` but for the keys ``skip``."""
 
     def strip(d: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in d.items() if k not in skip}
@@ -376,9 +385,23 @@ def stored_elsewhere(
             continue
         if have == want:
             found.append(f.parent)
-    finished = done if callable(done) else (lambda d: (d / done).exists())
-    found.sort(key=lambda d: not finished(d))
-    return found[0] if found else None
+    return found
+
+
+def reusable(run_dir: Path, descriptor: dict[str, Any]) -> Path | None:
+    """Under :func:`fp8lab.paths.reuse_stored` (a GPU host re-measuring one part of a study whose other parts are in a
+    committed store): the finished run beside ``run_dir`` of the same spec, phases and model
+    (:func:`stored_elsewhere`) that the vLLM installed here measured, by its provenance; ``None`` for any other, so a
+    run of another vLLM is measured again. Its provenance keeps the fp8lab commit and date that measured it."""
+    here = devices.installed_version("vllm")
+    for kept in _alike(run_dir, descriptor, VERSION_KEYS):  # the model's digest must match: the same weights
+        try:
+            measured_by = json.loads((kept / "provenance.json").read_text()).get("vllm")
+        except (OSError, ValueError):
+            continue
+        if _final(kept) and measured_by is not None and measured_by == here:
+            return kept
+    return None
 
 
 def from_store(spec: EngineSpec, run_dir: Path, descriptor: dict[str, Any] | None = None) -> EngineResult:
@@ -518,6 +541,9 @@ def run_cached(
         kept = stored_elsewhere(rd, desc, done=_final)  # the same run under another vLLM, torch or engine code
         if kept is not None:
             return load(kept, spec)
+    kept = reusable(rd, desc) if reuse_stored() else None
+    if kept is not None:
+        return load(kept, spec)
     skipped = unsupported_result(spec)  # not run here and not stored: the device lacks the kernel (capability.py)
     if skipped is not None:
         return skipped

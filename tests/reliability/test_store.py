@@ -17,7 +17,7 @@ from fp8lab.engine.results import _final, collect, phase_table, run_lock, save
 pytestmark = pytest.mark.reliability
 
 
-def _result(status: str = "ok", tokens: int = 5) -> EngineResult:
+def _result(status: str = "ok", tokens: int = 5, vllm: str = "x") -> EngineResult:
     return EngineResult(
         status=status,
         error=None if status == "ok" else "boom",
@@ -25,7 +25,7 @@ def _result(status: str = "ok", tokens: int = 5) -> EngineResult:
         records=pd.DataFrame({"phase": ["main"], "output_tokens": [tokens]}),
         samples=pd.DataFrame(),
         phases={"main": {"wall_s": 1.0, "requests": 1, "prompt_tokens": 3, "output_tokens": tokens}},
-        provenance={"vllm": "x"},
+        provenance={"vllm": vllm},
     )
 
 
@@ -63,3 +63,34 @@ def test_run_lock_excludes_a_second_writer(tmp_path):
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with open(rd.with_name(".r1.lock"), "a+") as other:  # released on exit
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_reuse_loads_a_run_of_older_engine_code_only_when_this_vllm_measured_it(tmp_path, monkeypatch, tiny_model):
+    """``FP8LAB_REUSE_STORED`` (a GPU host re-measuring one part of a study): ``run_cached`` loads a finished run of the
+    same spec and phases stored under other engine code when its provenance names the vLLM installed here, and
+    starts nothing; a run another vLLM measured, or one of other phases, is not reused."""
+    from fp8lab.engine import devices, results
+    from fp8lab.specs import EngineSpec, Request
+
+    spec = EngineSpec(model=tiny_model, kv_cache_dtype="auto", kv_cache_gib=0.01)
+    phases = [Request(prompt_token_ids=(1, 2, 3), max_tokens=4)]
+    desc = results.run_descriptor(spec, results._as_phases(phases), "llm", 0.25)
+    old = {**desc, "engine_code": "000000000000"}  # the same run measured by an earlier fp8lab
+    here = devices.installed_version("vllm")
+    for name, vllm, d in (("same-vllm", here, old), ("other-vllm", "0.0.1", {**old, "torch": "x"})):
+        save(_result(tokens=9 if vllm == here else 1, vllm=vllm), tmp_path / "s" / name, d)
+
+    def no_engine(*a, **k):
+        raise AssertionError("an engine was started")
+
+    monkeypatch.setattr(results, "run_engine", no_engine)
+    monkeypatch.setenv("FP8LAB_REUSE_STORED", "1")
+    res = results.run_cached(spec, phases, study="s", root=tmp_path)
+    assert res.run_dir.name == "same-vllm" and res.records.output_tokens.tolist() == [9]
+    (tmp_path / "s" / "same-vllm" / "provenance.json").write_text(json.dumps({"vllm": "0.0.1"}))
+    rd = results.run_dir_for("s", desc, tmp_path)
+    assert results.reusable(rd, desc) is None  # measured by another vLLM: measured again
+    other = results.run_descriptor(
+        spec, results._as_phases([Request(prompt_token_ids=(7,), max_tokens=4)]), "llm", 0.25
+    )
+    assert results.reusable(results.run_dir_for("s", other, tmp_path), other) is None
