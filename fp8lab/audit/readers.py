@@ -16,6 +16,11 @@ from fp8lab.audit import pages
 from fp8lab.audit.evidence import Missing, Report
 from fp8lab.audit.pages import CALIBRATION, DECODE, LONG_CONTEXT, QUALITY, SERVING
 from fp8lab.audit.scale import MAD_SIGMA, MAX_FP8_STEP_CUT, PHYSICS, REFUTED, Z80, Z95, Finding, finding
+from fp8lab.engine.fp8emu import emulated_label
+
+#: Study 03's default-scale FP8 config as a report names it: ``fp8`` where the kernel ran, ``fp8 (emulated)`` where a
+#: CPU without it ran the emulated engine (the first the report has is read).
+FP8_LABELS = ("fp8", emulated_label("fp8"))
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -225,13 +230,15 @@ def calibration_quality(rep: Report, metric: str, label_prefix: str = "fp8+") ->
 
 def quality_top3(rep: Report) -> dict[str, Any]:
     """Study 03's top-3 match rates: ``overall`` ``{config label: rate}`` and ``by_category`` ``{label: {category:
-    rate}}`` of its candidates (the baseline left out), and ``ci`` (the ``fp8`` config's 95% CI, or None); from its
-    rows by field where the report has them, else from its flat summary."""
+    rate}}`` of its candidates (the baseline left out), and ``ci`` (the default-scale FP8 config's 95% CI, native or
+    emulated (:data:`FP8_LABELS`), or None); from its rows by field where the report has them, else from its flat
+    summary."""
     rows = rep.study_rows(QUALITY)
     if rows is None:
         s03 = rep.study(QUALITY)
         labels = (s03.get("labels") or [])[1:]
-        ci = (s03.get("fp8.top3_ci_lo"), s03.get("fp8.top3_ci_hi"))
+        fp8 = next((lab for lab in FP8_LABELS if s03.get(f"{lab}.top3_ci_lo") is not None), "fp8")
+        ci = (s03.get(f"{fp8}.top3_ci_lo"), s03.get(f"{fp8}.top3_ci_hi"))
         return {
             "overall": {lab: s03[f"{lab}.top3_match"] for lab in labels if s03.get(f"{lab}.top3_match") is not None},
             "by_category": {
@@ -247,7 +254,7 @@ def quality_top3(rep: Report) -> dict[str, Any]:
     for r in top3:
         if r["subset"] is not None:
             by_cat.setdefault(r["setting"], {})[r["subset"]] = r["value"]
-    fp8 = [r for r in top3 if r["subset"] is None and r["setting"] == "fp8" and r["ci_low"] is not None]
+    fp8 = [r for r in top3 if r["subset"] is None and r["setting"] in FP8_LABELS and r["ci_low"] is not None]
     return {
         "overall": overall,
         "by_category": by_cat,

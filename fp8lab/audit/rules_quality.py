@@ -9,7 +9,7 @@ from typing import Any
 
 from fp8lab.audit.evidence import Evidence, Missing, Report
 from fp8lab.audit.pages import CALIBRATION, QUALITY
-from fp8lab.audit.readers import calibration_quality, calibration_scale_diffs, finite_key, quality_top3
+from fp8lab.audit.readers import FP8_LABELS, calibration_quality, calibration_scale_diffs, finite_key, quality_top3
 from fp8lab.audit.scale import (
     COMPUTATION,
     CONFIRMED,
@@ -189,16 +189,18 @@ def _top3_resolution(rep: Report, top3: Mapping[str, Any] | None) -> tuple[float
 
 @per_report("11a")
 def rule_top3_band(rep: Report) -> Finding:
-    """The top-3 match rate with good calibration (Study 02's fp8 with the large set's scales; else Study 03's fp8):
+    """The top-3 match rate with good calibration (Study 02's fp8 with the large set's scales; else Study 03's fp8,
+    emulated where the report's CPU ran it so):
     "good calibration gives 0.92-0.96" holds when every rate is at least 0.92 (a rate above the band is no
     refutation of "it works") and is contradicted when a rate's CI (Study 03's half-width) lies below 0.92."""
     s02 = rep.optional(CALIBRATION)
     top3 = quality_top3(rep) if rep.optional(QUALITY) is not None else None
     good = calibration_quality(rep, "top3_match", "fp8+large") if s02 is not None else {}
     src, study = f"{rep.number(CALIBRATION)}, large-set scales", CALIBRATION
-    if not good and top3 is not None and top3["overall"].get("fp8") is not None:
+    fp8 = next((lab for lab in FP8_LABELS if top3 is not None and top3["overall"].get(lab) is not None), None)
+    if not good and fp8 is not None:
         good, src, study = (
-            {"fp8 (scale 1.0)": float(top3["overall"]["fp8"])},
+            {f"{fp8} (scale 1.0)": float(top3["overall"][fp8])},
             f"{rep.number(QUALITY)}, default scales",
             QUALITY,
         )

@@ -527,14 +527,14 @@ def test_claim10_is_vacuous_where_the_scales_are_below_its_bound():
     assert here(run("10", ev(rep(s02=_cal(0.02, 0.025, rel=0.1))))) == CONFIRMED
 
 
-def _q03(cats: dict, ci=(0.88, 1.0)) -> dict:
+def _q03(cats: dict, ci=(0.88, 1.0), label: str = "fp8") -> dict:
     return {
-        "labels": ["auto", "fp8"],
+        "labels": ["auto", label],
         "categories": list(cats),
-        "fp8.top3_match": sum(cats.values()) / len(cats),
-        "fp8.top3_ci_lo": ci[0],
-        "fp8.top3_ci_hi": ci[1],
-        **{f"fp8.top3_match.{c}": v for c, v in cats.items()},
+        f"{label}.top3_match": sum(cats.values()) / len(cats),
+        f"{label}.top3_ci_lo": ci[0],
+        f"{label}.top3_ci_hi": ci[1],
+        **{f"{label}.top3_match.{c}": v for c, v in cats.items()},
     }
 
 
@@ -549,6 +549,15 @@ def test_claim11_band_and_threshold():
     assert here(g) == REFUTED
     assert run("11b", ev(rep(s03=_q03({"code": 0.93, "prose": 1.0})))).verdict == NOT_TESTABLE  # never below 0.85
     assert run("11b", ev(rep("cpu", CPU, s03=_q03({"code": 0.80, "prose": 1.0})))).verdict == NOT_TESTABLE
+
+
+def test_claim11a_reads_the_emulated_fp8_of_a_cpu_without_the_kernel():
+    """An AVX2 CPU's Study 03 names its FP8 config ``fp8 (emulated)``: 11a reads it (and its interval) rather than
+    finding no rate at all; a rate whose interval lies below the band is refuted there as for native fp8."""
+    f = run("11a", ev(rep(s03=_q03({"code": 0.95, "prose": 0.97}, label="fp8 (emulated)"))))
+    assert here(f) == CONFIRMED and f.details["gpu"]["good"] == {"fp8 (emulated) (scale 1.0)": pytest.approx(0.96)}
+    low = _q03({"code": 0.8}, ci=(0.78, 0.82), label="fp8 (emulated)")
+    assert here(run("11a", ev(rep(s03=low)))) == REFUTED  # the CI is read: without it 0.80 would be inconclusive
 
 
 # ------------------------------------------------------------------------------------------ claim 12a, 13b (Study 04)
