@@ -311,6 +311,32 @@ def quality(out_dir: Path) -> Item:
     )
 
 
+def retrieval(out_dir: Path) -> Item | None:
+    """Long-context retrieval on a real model (Study 04's paired passkey differences, fp8 minus auto): the largest
+    loss whose interval lies below zero, else the largest loss, with how many (length, needles) cells resolve a loss;
+    ``None`` where the report has no such rows (the shipped model's passkey is no measure: it cannot retrieve)."""
+    stem = _page_of("longctx")
+    rows = [
+        r
+        for r in _sel(_rows(out_dir, stem), metric="passkey_accuracy_diff")
+        if r["model"] != TINY_MODEL_NAME and r["ci_low"] is not None and str(r["kv_dtype"]).startswith("fp8")
+    ]
+    if not rows:
+        return None
+    lost = [r for r in rows if r["ci_high"] < 0]
+    r = min(lost or rows, key=lambda r: r["value"])
+    needles = r["setting"].split(", ")[1]
+    label = r["kv_dtype"] + (" (emulated)" if r["setting"].endswith(" emulated") else "")  # Study 04's row setting
+    return Item(
+        "retrieval",
+        f"long-context retrieval on {r['model']} (passkey, {label} minus auto, paired prompts): "
+        f"{_signed(100 * r['value'], 1)} points [{_signed(100 * r['ci_low'], 1)}, {_signed(100 * r['ci_high'], 1)}] "
+        f"at {_n(r['context_len'])} tokens with {needles}, n = {r['n']}; a loss resolved in {len(lost)} of "
+        f"{len(rows)} length x needle cells",
+        _page(out_dir, stem),
+    )
+
+
 def fixed_cost(out_dir: Path) -> Item:
     """The fixed per-step cost at short context: fp8's intercept minus auto's (Study 06's fits at batch 1)."""
     s = _summary(out_dir, _page_of("decode"))
@@ -346,6 +372,7 @@ def decide(out_dir: str | Path) -> Decision:
     cap = capacity(out)
     cross_item, cross = crossovers(out)
     q = quality(out)
+    ret = retrieval(out)
     fixed = fixed_cost(out)
     on = []
     if cross:
@@ -373,11 +400,15 @@ def decide(out_dir: str | Path) -> Decision:
         keep.append("you cannot accept an unmeasured quality change on your model (not yet measured through the cache)")
     else:
         keep.append(f"you cannot accept the quality cost measured here ({q.text.split(': ', 1)[-1]})")
+    if ret is not None and "a loss resolved in 0 " not in ret.text:
+        keep.append(
+            f"your requests retrieve facts from long contexts ({ret.text.split(': ', 1)[-1].split(' with ')[0]})"
+        )
     return Decision(
         turn_on_if=" or ".join(on) or "not decidable from this report: no capacity or decode measurement",
         keep_auto_if="; or ".join(keep) or "the measured costs above matter to you",
         buys=[cap, concurrency(out), decode_step(out), cross_item, saturation(out), prefix_hits(out)],
-        costs=[q, fixed],
+        costs=[q, *([ret] if ret is not None else []), fixed],
     )
 
 

@@ -52,6 +52,34 @@ def test_h200_decision_from_the_records():
         "batch 1 beyond about 10,187 tokens" in d.turn_on_if and "short of KV memory" in d.keep_auto_if + d.turn_on_if
     )
     assert "the quality cost measured here (+1.445 % [+1.121, +1.754], n = 64)" in d.keep_auto_if
+    # long-context retrieval: Study 04's paired passkey rows on the real model (2026-12-03), the largest resolved loss
+    rows = json.loads((H200 / "04_long_context_ramp_128k.rows.json").read_text())
+    diffs = [r for r in rows if r["metric"] == "passkey_accuracy_diff"]
+    worst = min((r for r in diffs if r["ci_high"] < 0), key=lambda r: r["value"])
+    assert (worst["context_len"], round(100 * worst["value"], 1)) == (4096, -15.7)
+    assert it["retrieval"].text.startswith(
+        "long-context retrieval on SmolLM2-135M-Instruct (passkey, fp8 minus auto, paired prompts): -15.7 points "
+        "[-23.4, -8.0] at 4,096 tokens with 1 needle, n = 102; a loss resolved in 4 of 8"
+    )
+    assert it["retrieval"].link == "04_long_context_ramp_128k.html#verdict"
+    assert "retrieve facts from long contexts (-15.7 points [-23.4, -8.0] at 4,096 tokens)" in d.keep_auto_if
+
+
+def test_retrieval_is_left_out_without_real_model_rows_and_says_emulated(tmp_path):
+    """No passkey rows of a real model (the shipped model cannot retrieve): no retrieval line, nothing added to the
+    rule; an emulated run (an AVX2 CPU) is named so, and a loss no interval resolves adds nothing to the rule."""
+    assert decision.retrieval(tmp_path) is None
+    row = {
+        "study": "long_context", "metric": "passkey_accuracy_diff", "kv_dtype": "fp8", "baseline": "auto",
+        "setting": "passkey, 1 needle, SmolLM2-135M-Instruct, fp8 emulated", "subset": None, "concurrency": None,
+        "batch": None, "context_len": 1024, "value": -0.05, "ci_low": -0.2, "ci_high": 0.1, "n": 30,
+        "unit": "fraction", "beyond_noise": None, "detectable": 0.3, "evidence": "cpu analogue",
+        "device": "CPU: AMD EPYC", "model": "SmolLM2-135M-Instruct",
+    }  # fmt: skip
+    (tmp_path / "04_long_context_ramp_128k.rows.json").write_text(json.dumps([row]))
+    it = decision.retrieval(tmp_path)
+    assert "(passkey, fp8 (emulated) minus auto" in it.text and "a loss resolved in 0 of 1" in it.text
+    assert "long contexts" not in decision.decide(tmp_path).keep_auto_if
 
 
 def test_missing_evidence_is_said(tmp_path):
