@@ -12,9 +12,8 @@ from typing import Any
 import numpy as np
 
 from fp8lab.calibration.scales import ScaleSet
+from fp8lab.engine.fp8emu import EMULATED_SUFFIX
 from fp8lab.quality.spec import STUDY as QUALITY_STUDY
-
-EMULATED_SUFFIX = " (emulated)"  # fp8lab.engine.fp8emu.emulated_label
 
 
 def fp8_base(qs: Any) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from fp8lab.engine.fp8emu import EMULATED_SUFFIX
 from fp8lab.longctx.run import LongCtxResult
 from fp8lab.longctx.spec import BASELINE
 from fp8lab.longctx.tables import Tables
@@ -129,8 +130,6 @@ def _device(res: LongCtxResult) -> str | None:
     return None
 
 
-#: The label suffix of an emulated configuration (:func:`fp8lab.fp8emu.emulated_label`).
-EMULATED_SUFFIX = " (emulated)"
 #: ``device`` of a row the formula computed (no engine).
 ARITHMETIC = "any (arithmetic on config.json)"
 #: The ramp's latency metrics: table column -> (metric, unit, scale).
