@@ -213,9 +213,13 @@ def crossovers(out_dir: Path) -> tuple[Item, dict[int, tuple[float, float, float
         for c in cross
     }
     parts = [
-        f"batch {b}: {_n(v[0])} tokens "
-        + (f"[{_n(v[1])}, {_n(v[2])}]" if math.isfinite(v[1]) else "(no interval: too few points)")
-        + (" (below the shortest context measured)" if v[3] == "below_grid" else "")
+        (
+            f"batch {b}: at every context measured (the fits cross below the shortest)"
+            if v[3] == "below_grid" and v[0] < 1
+            else f"batch {b}: {_n(v[0])} tokens"
+        )
+        + (f" [{_n(v[1])}, {_n(v[2])}]" if math.isfinite(v[1]) else " (no interval: too few points)")
+        + (" (below the shortest context measured)" if v[3] == "below_grid" and v[0] >= 1 else "")
         + f", n = {n.get(b)}"
         for b, v in sorted(found.items())
     ]
@@ -375,6 +379,7 @@ def decide(out_dir: str | Path) -> Decision:
     ret = retrieval(out)
     fixed = fixed_cost(out)
     on = []
+    cross = {b: v for b, v in cross.items() if math.isfinite(v[1])}  # a crossover without an interval is no rule
     if cross:
         on.append(
             "your decode runs past the crossover ("
@@ -405,7 +410,8 @@ def decide(out_dir: str | Path) -> Decision:
             f"your requests retrieve facts from long contexts ({ret.text.split(': ', 1)[-1].split(' with ')[0]})"
         )
     return Decision(
-        turn_on_if=" or ".join(on) or "not decidable from this report: no capacity or decode measurement",
+        turn_on_if=" or ".join(on)
+        or "not decidable from this report: no capacity measurement and no crossover with an interval",
         keep_auto_if="; or ".join(keep) or "the measured costs above matter to you",
         buys=[cap, concurrency(out), decode_step(out), cross_item, saturation(out), prefix_hits(out)],
         costs=[q, *([ret] if ret is not None else []), fixed],

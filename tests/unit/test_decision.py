@@ -135,3 +135,14 @@ def test_gpu_quick_profile_runs_its_own_notebooks():
     assert s_l3.max_model_len == 6144 + 32 + 8 and sorted(set(kept["context_len"])) == [1024, 2048, 4096, 6144]
     p03 = resolved_parameters(paths[2], prof, {})
     assert p03["KV_DTYPES"] == ["auto", "fp8"] and p03["ENGINE_ROUNDING"] == "rne"
+
+
+def test_a_crossover_without_an_interval_is_shown_but_is_no_rule():
+    """cpu-tiny's Study 06 (5 contexts, no interval on its crossovers): the box shows the estimates, says a fit
+    crossing below the grid as such (not "0 tokens"), and does not tell the reader to turn FP8 on because of them."""
+    cpu = REPO_ROOT / "reports" / "cpu-tiny"
+    d = decision.decide(cpu)
+    text = _items(d)["crossover"].text
+    assert "batch 1: 551 tokens (no interval: too few points), n = 5 contexts" in text
+    assert "batch 4: at every context measured (the fits cross below the shortest) (no interval" in text
+    assert "batch 4: 0 tokens" not in text and "past the crossover" not in d.turn_on_if
