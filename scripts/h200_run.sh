@@ -8,6 +8,9 @@
 # FP8LAB_SEED_RECORDS=1 first unpacks the committed stores ($FP8LAB_SEED_DIR/*.tar.gz; default reports/h200/records,
 # reports/h200/<X>/records for profile h200-<X>, reports/<profile>/records for any other) into $FP8LAB_RUNS,
 # so engines an earlier session finished (same spec, same phases, same repo path) are loaded, not re-run.
+# FP8LAB_REUSE_STORED=1 (with FP8LAB_SEED_RECORDS=1) also loads a seeded run that this vLLM measured under older fp8lab
+# engine code (fp8lab.engine.results.reusable): re-measure one part of a study and keep the rest (Study 04's quality
+# engines beside its 2026-11-29 ramp, reports/h200/README.md session 10).
 # FP8LAB_BUDGET_S (default 540) bounds the notebooks' run so the packing below still happens inside one
 # `run` call's 600 s; a notebook cut short leaves its finished engine runs in $FP8LAB_RUNS, and the same
 # command on the same warm host resumes from them (fp8lab.engine.results skips finished runs).
