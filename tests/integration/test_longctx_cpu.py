@@ -42,11 +42,13 @@ def study(tiny_model, runs_root):
         quality_length=256,  # scored through the cache, one decode step per token: the ramp's 1,008 took minutes emulated
         quality_random_docs=1,
         passkey_lengths=(256,),
-        passkey_depths=(0.5,),
+        passkey_depths=(0.1, 0.5, 0.9),  # as the notebook tier's profile, which loads these engines
         top_k=3,
         position_bins=4,
     )
-    res = lc.run_study(plan, study="test_longctx", progress=False)
+    # the notebook's study name: on a CPU without the FP8 kernel the notebook tier's profile (cpu-ci-emulated) runs this
+    # plan, so tests/notebooks/test_nb04.py loads these engines from the session's store
+    res = lc.run_study(plan, progress=False)
     return plan, res, lc.tables(res)
 
 
@@ -114,7 +116,7 @@ def test_quality_phases_on_the_ramp_engines(study):
     assert div.abs_dlogprob.max() > 0 and div.kl.min() >= 0 and div.top1.between(0, 1).all()
     assert len(t.bypos) == 2 * 4
     pk = t.passkey
-    assert len(pk) == 2 and set(pk.kv_dtype) == {"auto", FP8} and pk.answer.map(len).gt(0).all()
+    assert len(pk) == 2 * 3 and set(pk.kv_dtype) == {"auto", FP8} and pk.answer.map(len).gt(0).all()
 
 
 def test_random_token_timing_and_noise(study):
