@@ -97,7 +97,8 @@ def summary_values(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str, A
     for r in t.passkey_paired.to_dict("records"):
         pre = f"{r['kv_dtype']}.passkey_diff.L{r['length']}" + (f".k{r['keys']}" if r["keys"] != 1 else "")
         s[pre] = r["diff"]
-        s[f"{pre}.ci"] = [r["ci_low"], r["ci_high"]]
+        if _finite(r["ci_low"]) is not None and _finite(r["ci_high"]) is not None:  # one prompt per cell: none
+            s[f"{pre}.ci"] = [r["ci_low"], r["ci_high"]]
         s[f"{pre}.n"] = r["n"]
     for k, v in c.items():
         s[f"claim.{k}"] = v["label"]
@@ -266,9 +267,9 @@ def summary_rows(res: LongCtxResult, t: Tables) -> list[dict[str, Any]]:
                 kv_dtype=kv_dtype,
                 baseline=BASELINE,
                 value=r["diff"],
-                ci_low=r["ci_low"],
-                ci_high=r["ci_high"],
-                detectable=r["mde"],
+                ci_low=_finite(r["ci_low"]),  # None where one prompt per cell leaves no interval
+                ci_high=_finite(r["ci_high"]),
+                detectable=_finite(r["mde"]),
                 unit="fraction",
                 model=qmodel,
             )

@@ -3,6 +3,7 @@ behind it) and written out, one paragraph per claim (:func:`verdict_markdown`)."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -355,7 +356,12 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
             "top-1 flips at "
             f"{100 * v['flip_rate']:.2f}% of positions, mean |Δ logprob| {v['abs_dlogprob']:.4f} nats, KL ≥ "
             f"{v['kl']:.2e}; last bin / first bin {v['last_over_first']:.2f}, Spearman ρ with position "
-            f"{v['spearman_rho']:.2f}. No error is raised either way: this is the silent part."
+            + (
+                f"{v['spearman_rho']:.2f}"
+                if math.isfinite(float(v["spearman_rho"]))
+                else "undefined (the error is the same in every bin)"
+            )
+            + ". No error is raised either way: this is the silent part."
         )
     nll = t.trend[t.trend.source == "text"] if len(t.trend) else t.trend
     if len(nll):
@@ -367,12 +373,17 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
         )
     for r in t.passkey_paired.to_dict("records") if len(t.passkey_paired) else ():
         what = "passkey" if r["keys"] == 1 else f"{r['keys']}-needle passkey"
+        resolved = all(math.isfinite(float(r[k])) for k in ("ci_low", "ci_high", "mde"))
         lines.append(
             f"- {what} at {r['length']:,} tokens, `{r['kv_dtype']}` vs `auto` on the same {r['n']} prompts: "
-            f"{100 * r['acc']:.1f}% vs {100 * r['acc_base']:.1f}%, difference {100 * r['diff']:+.1f} points "
-            f"(95% CI {100 * r['ci_low']:+.1f} to {100 * r['ci_high']:+.1f}; {r['only_base']} prompts right only "
-            f"with `auto`, {r['only_cand']} only with `{r['kv_dtype']}`; this many prompts detect "
-            f"{100 * r['mde']:.1f} points with 80% power)."
+            f"{100 * r['acc']:.1f}% vs {100 * r['acc_base']:.1f}%, difference {100 * r['diff']:+.1f} points ("
+            + (
+                f"95% CI {100 * r['ci_low']:+.1f} to {100 * r['ci_high']:+.1f}; "
+                if resolved
+                else "no interval: too few prompts for one; "
+            )
+            + f"{r['only_base']} prompts right only with `auto`, {r['only_cand']} only with `{r['kv_dtype']}`"
+            + (f"; this many prompts detect {100 * r['mde']:.1f} points with 80% power)." if resolved else ").")
         )
     if s["passkey_acc"]:
         accs = ", ".join(f"`{dt}` {100 * a:.0f}%" for dt, a in s["passkey_acc"].items())
@@ -412,7 +423,10 @@ def verdict_markdown(res: LongCtxResult, t: Tables, c: Mapping[str, Mapping[str,
             "- FP8 error measured on random tokens / on real text: |Δ logprob| "
             + ", ".join(f"`{d}` x{v:.2f}" for d, v in r5["divergence_ratio"].items())
             + ", top-1 flips "
-            + ", ".join(f"`{d}` x{v:.2f}" for d, v in r5["flip_ratio"].items())
+            + ", ".join(
+                f"`{d}` x{v:.2f}" if math.isfinite(float(v)) else f"`{d}` no ratio (no flip on real text)"
+                for d, v in r5["flip_ratio"].items()
+            )
             + ": on one document each, with no interval, a ratio away from 1 shows that a random-token test can "
             "misstate the error real text sees, not by how much in general (inconclusive by the claims audit's rule "
             "28, which reads these ratios)."

@@ -567,6 +567,20 @@ def test_fake_study_tables(fake_study):
     json.dumps(s, default=str)
 
 
+def test_one_passkey_prompt_per_cell_gives_no_interval_and_no_nan(fake_study):
+    """The fake study asks one passkey prompt per (length, depth): its paired difference has n = 1 and no interval.
+    The page says so instead of printing "+nan", the rows carry no interval (they validate: a NaN there raised),
+    and the flat summary leaves the interval out."""
+    plan, res, t, _ = fake_study
+    assert t.passkey_paired.n.tolist() == [1]
+    md = lc.verdict_markdown(res, t)
+    assert "nan" not in md.lower() and "on the same 1 prompts: " in md and "no interval: too few prompts" in md
+    diff = [r for r in lc.summary_rows(res, t) if r["metric"] == "passkey_accuracy_diff"]
+    assert len(diff) == 1 and diff[0]["ci_low"] is None and diff[0]["ci_high"] is None
+    s = lc.summary_values(res, t)
+    assert "fp8.passkey_diff.L256" in s and "fp8.passkey_diff.L256.ci" not in s
+
+
 def test_fake_study_short_budget_runs_what_fits():
     """0.01 GiB: auto holds 3,328 tokens (26 blocks), fp8 6,784: the ramp to 8,192 does not fit either; each
     engine starts at its own boundary (arithmetic) and the longer lengths are recorded, not sent."""
