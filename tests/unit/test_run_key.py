@@ -179,3 +179,27 @@ def test_one_studys_worker_is_in_that_studys_key_only(second_checkout, tmp_path)
         "serving/worker.py": ["paired"],
         "engine/run.py": ["decode", "dummy", "paired", "prefix", "run"],
     }
+
+
+def test_requests_digest_is_the_json_of_every_field_as_dataclasses_asdict_gave_it():
+    """The digest reads the fields directly (asdict's deep copy of every token id was most of a stored run's load);
+    the JSON it hashes is what ``dataclasses.asdict`` gave, so every committed run keeps its key."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from fp8lab.engine.results import _requests_digest
+    from fp8lab.specs import Request
+
+    reqs = [
+        Request(prompt_token_ids=(5, 6, 7), max_tokens=4, cls="long", arrival_s=0.25, prompt_logprobs=2, tag="t"),
+        Request(prompt_token_ids=(1,), max_tokens=2, forced_token_ids=(3, 4), logprobs=1),
+    ]
+    h = hashlib.sha256()
+    for r in reqs:
+        d = dataclasses.asdict(r)
+        if d["forced_token_ids"] is None:
+            del d["forced_token_ids"]
+        h.update(json.dumps(d, sort_keys=True).encode())
+    assert _requests_digest(reqs) == h.hexdigest()[:16]
+    assert _requests_digest(reqs[:1]) != _requests_digest(reqs[1:])
