@@ -107,9 +107,12 @@ def test_the_audit_reads_the_rows_this_run_wrote(nb03, tmp_path_factory, native_
     assert top3["by_category"] == {
         lab: {c: s[f"{lab}.top3_match.{c}"] for c in s["categories"]} for lab in s["labels"][1:]
     }
-    if not native_fp8:
-        assert top3["read_from"] == "rows" and top3["ci"] is None and "fp8" not in top3["overall"]
-        assert audit.safe(audit.rule_top3_band, rep).verdict == audit.NOT_TESTABLE
+    if not native_fp8:  # the emulated fp8 is read (readers.FP8_LABELS), its interval with it
+        emu = "fp8 (emulated)"
+        assert top3["read_from"] == "rows" and "fp8" not in top3["overall"] and emu in top3["overall"]
+        assert top3["ci"] == (s[f"{emu}.top3_ci_lo"], s[f"{emu}.top3_ci_hi"])
+        band = audit.rule_top3_band(rep)
+        assert band.details["good"] == {f"{emu} (scale 1.0)": s[f"{emu}.top3_match"]}
         return
     assert top3["read_from"] == "rows" and top3["ci"] == (s["fp8.top3_ci_lo"], s["fp8.top3_ci_hi"])
     band = audit.rule_top3_band(rep)
