@@ -68,7 +68,7 @@ def test_h200_decision_from_the_records():
 def test_retrieval_is_left_out_without_real_model_rows_and_says_emulated(tmp_path):
     """No passkey rows of a real model (the shipped model cannot retrieve): no retrieval line, nothing added to the
     rule; an emulated run (an AVX2 CPU) is named so, and a loss no interval resolves adds nothing to the rule."""
-    assert decision.retrieval(tmp_path) is None
+    assert decision.retrieval(tmp_path) == (None, None)
     row = {
         "study": "long_context", "metric": "passkey_accuracy_diff", "kv_dtype": "fp8", "baseline": "auto",
         "setting": "passkey, 1 needle, SmolLM2-135M-Instruct, fp8 emulated", "subset": None, "concurrency": None,
@@ -77,8 +77,9 @@ def test_retrieval_is_left_out_without_real_model_rows_and_says_emulated(tmp_pat
         "device": "CPU: AMD EPYC", "model": "SmolLM2-135M-Instruct",
     }  # fmt: skip
     (tmp_path / "04_long_context_ramp_128k.rows.json").write_text(json.dumps([row]))
-    it = decision.retrieval(tmp_path)
+    it, loss = decision.retrieval(tmp_path)
     assert "(passkey, fp8 (emulated) minus auto" in it.text and "a loss resolved in 0 of 1" in it.text
+    assert loss is None  # no interval below zero: nothing for the rule to cite
     assert "long contexts" not in decision.decide(tmp_path).keep_auto_if
 
 
