@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from fp8lab.calibration.endtoend import EMULATED_SUFFIX, fp8_base
+from fp8lab.calibration.endtoend import DYNAMIC_LABEL, EMULATED_SUFFIX, fp8_base
 from fp8lab.calibration.run import Calibration
 from fp8lab.calibration.spec import REFERENCE
 from fp8lab.calibration.tables import tokens_to_threshold
@@ -107,42 +107,60 @@ def claim_verdict(
     if dynamic is not None:
         lines.append(f"**vLLM's dynamic scales (`calculate_kv_scales`):** {dynamic['text']}.")
     if quality_summary is not None and len(quality_summary):
-        qs = quality_summary
-        rows, all_zero = [], True
-        for lab in qs.index:
-            if lab == "auto" or qs.loc[lab, "status"] != "ok":
-                continue
-            ci = qs.loc[lab, "delta_ppl_pct_ci"] if "delta_ppl_pct_ci" in qs else None
-            if isinstance(ci, (tuple, list)) and len(ci) == 2 and not (ci[0] <= 0 <= ci[1]):
-                all_zero = False
-            rows.append(
-                f"`{lab}`: Δppl {qs.loc[lab, 'delta_ppl_pct']:+.2f}%{_ci_text(ci)}, teacher-forced top-1 "
-                f"{qs.loc[lab, 'tf_top1']:.3f}, |Δlogprob| {qs.loc[lab, 'tf_abs_dlogprob']:.4f}, top-3 match "
-                f"{qs.loc[lab, 'top3_match']:.2f}"
-            )
-        txt = "**End to end, against auto (Study 03's measures):** " + "; ".join(rows) + "."
-        base = fp8_base(qs)  # "fp8", or "fp8 (emulated)" on a device without the FP8 kernel
-        cal_labels = [
-            lab
-            for lab in qs.index
-            if lab.startswith("fp8+")
-            and qs.loc[lab, "status"] == "ok"
-            and lab.endswith(EMULATED_SUFFIX) == str(base).endswith(EMULATED_SUFFIX)
-        ]
-        if base and cal_labels:
-            moves = []
-            for col, name, fmt in (
-                ("delta_ppl_pct", "Δppl", "{:.2f} points"),
-                ("tf_abs_dlogprob", "teacher-forced |Δlogprob|", "{:.4f} nats"),
-                ("task_acc", "copy-task accuracy", "{:.3f}"),
-            ):
-                if col in qs:
-                    m = max(abs(float(qs.loc[lab, col]) - float(qs.loc[base, col])) for lab in cal_labels)
-                    moves.append(f"{name} by at most {fmt.format(m)}")
-            txt += (
-                f" Against {base} with the default scale 1.0, the calibrated scale sets move "
-                + ", ".join(moves)
-                + (", and every perplexity interval includes 0." if rows and all_zero else ".")
-            )
-        lines.append(txt)
+        lines.append(end_to_end(quality_summary))
     return "\n\n".join(lines)
+
+
+def end_to_end(qs: pd.DataFrame) -> str:
+    """The verdict's end-to-end paragraph from Study 03's measures per label (``qs``: one row per label, ``auto``
+    and the default-scale fp8 among them): each label against auto, then how far the calibrated scale sets move
+    from the default scale 1.0, and vLLM's dynamic scales apart (not a calibrated set)."""
+    rows, all_zero = [], True
+    for lab in qs.index:
+        if lab == "auto" or qs.loc[lab, "status"] != "ok":
+            continue
+        ci = qs.loc[lab, "delta_ppl_pct_ci"] if "delta_ppl_pct_ci" in qs else None
+        if isinstance(ci, (tuple, list)) and len(ci) == 2 and not (ci[0] <= 0 <= ci[1]):
+            all_zero = False
+        rows.append(
+            f"`{lab}`: Δppl {qs.loc[lab, 'delta_ppl_pct']:+.2f}%{_ci_text(ci)}, teacher-forced top-1 "
+            f"{qs.loc[lab, 'tf_top1']:.3f}, |Δlogprob| {qs.loc[lab, 'tf_abs_dlogprob']:.4f}, top-3 match "
+            f"{qs.loc[lab, 'top3_match']:.2f}"
+        )
+    txt = "**End to end, against auto (Study 03's measures):** " + "; ".join(rows) + "."
+    base = fp8_base(qs)  # "fp8", or "fp8 (emulated)" on a device without the FP8 kernel
+    same_kind = [  # the fp8+ rows of base's kind (native or emulated)
+        lab
+        for lab in qs.index
+        if lab.startswith("fp8+")
+        and qs.loc[lab, "status"] == "ok"
+        and lab.endswith(EMULATED_SUFFIX) == str(base).endswith(EMULATED_SUFFIX)
+    ]
+    # vLLM's dynamic scales are not a calibrated set: said apart, so a failure of theirs is not read as the sets'
+    cal_labels = [lab for lab in same_kind if not lab.startswith(DYNAMIC_LABEL)]
+    dyn_labels = [lab for lab in same_kind if lab.startswith(DYNAMIC_LABEL)]
+    moves_of = (  # column, name, format, unit
+        ("delta_ppl_pct", "Δppl", ".2f", " points"),
+        ("tf_abs_dlogprob", "teacher-forced |Δlogprob|", ".4f", " nats"),
+        ("task_acc", "copy-task accuracy", ".3f", ""),
+    )
+    if base and cal_labels:
+        moves = []
+        for col, name, fmt, unit in moves_of:
+            if col in qs:
+                m = max(abs(float(qs.loc[lab, col]) - float(qs.loc[base, col])) for lab in cal_labels)
+                moves.append(f"{name} by at most {m:{fmt}}{unit}")
+        txt += (
+            f" Against {base} with the default scale 1.0, the calibrated scale sets move "
+            + ", ".join(moves)
+            + (", and every perplexity interval includes 0." if rows and all_zero else ".")
+        )
+    if base and dyn_labels:
+        for lab in dyn_labels:
+            shifts = [
+                f"{name} {float(qs.loc[lab, col]) - float(qs.loc[base, col]):+{fmt}}{unit}"
+                for col, name, fmt, unit in moves_of
+                if col in qs
+            ]
+            txt += f" vLLM's dynamic scales (`{lab}`) move, against {base}: " + ", ".join(shifts) + "."
+    return txt

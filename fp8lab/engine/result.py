@@ -78,12 +78,33 @@ def _log_line(line: str) -> str:
     return _ERROR_HEADER_RE.sub("", line).strip()
 
 
+#: glibc's own last words before it aborts a process whose heap a native kernel corrupted ("malloc(): unaligned
+#: tcache chunk detected", "double free or corruption (out)", "free(): invalid pointer", ...): no Python error follows,
+#: and the aborting process may even hang on a lock the corruption left held.
+GLIBC_FATAL_RE = re.compile(
+    r"^(?:(?:malloc|free|realloc|calloc|munmap_chunk|malloc_consolidate)\(\)|double free|corrupted \w|\*\*\* stack smashing)"
+)
+
+
+def glibc_fatal(log: str) -> str | None:
+    """The first glibc abort message in a worker log (heap corruption in native code), or None."""
+    for ln in log.splitlines():
+        ln = _log_line(ln)
+        if GLIBC_FATAL_RE.match(ln):
+            return ln[:300]
+    return None
+
+
 def root_cause(log: str, fallback: str | None) -> str:
-    """The most telling error line of a worker log: the last ``SomeError: ...`` line, else ``fallback``."""
+    """The most telling error line of a worker log: the last ``SomeError: ...`` line, else glibc's abort message
+    (heap corruption in native code, :func:`glibc_fatal`) naming it so, else ``fallback``."""
     lines = [_log_line(ln) for ln in log.splitlines()]
     hits = [i for i, ln in enumerate(lines) if re.match(r"^[\w.]*(Error|Exception|error)\b.*:", ln)]
     hits = [i for i in hits if not lines[i].startswith("RuntimeError: Engine core initialization failed")] or hits
     if not hits:
+        fatal = glibc_fatal(log)
+        if fatal:
+            return f"heap corruption in native code, glibc aborted: {fatal}" + (f" ({fallback})" if fallback else "")
         return fallback or "unknown failure"
     i = hits[-1]
     msg = lines[i]

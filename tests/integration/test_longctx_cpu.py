@@ -79,7 +79,9 @@ def test_ramp_records(study):
     for dt in plan.kv_dtypes if NATIVE else ["auto"]:
         for L in plan.lengths:
             row = r.loc[(dt, 1, L)]
-            assert row.outcome == "ok" and row.n == 1 and row.n_itl == plan.output_tokens - 1
+            # one gap per token after the first; a first delta that already held two tokens (the client lagged at the
+            # first token, seen on a fast AMX host) leaves the gap inside it unobserved (fp8lab.engine.worker)
+            assert row.outcome == "ok" and row.n == 1 and plan.output_tokens - 2 <= row.n_itl <= plan.output_tokens - 1
             assert 0 < row.itl_p50_s <= row.itl_p95_s and row.ttft_p50_s > 0
             # sampled KV use of one sequence: at most ceil((L + 16) / 128) blocks; NaN when the 0.1 s sampler caught
             # no step of a short phase

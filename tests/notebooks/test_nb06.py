@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
 
-from fp8lab import audit, decode, kvmath
+from fp8lab import audit, decode, kvmath, stats
 from fp8lab import summary_table as st
 from fp8lab.paths import NOTEBOOKS_DIR
 
@@ -190,5 +191,13 @@ def test_the_audit_reads_the_rows_this_run_wrote(nb06, tmp_path_factory, native_
     ] == [
         (p["batch"], p["context_len"], p["ratio"], p["ratio_ci_low"], p["ratio_ci_high"], "rows") for p in s["points"]
     ]
-    assert f"+-{s['min_detectable_pct']:.2f}% step time" in audit.decode_detectable(rep)
+    # each point's change detectable at 80% power from its paired interval (t on n - 1 = 2 df), median and largest
+    det = sorted(
+        100 * math.expm1(stats.detectable_from_interval(math.log(p["ratio_ci_low"]), math.log(p["ratio_ci_high"]), 2))
+        for p in s["points"]
+    )
+    assert audit.decode_detectable(rep) == (
+        f"{statistics.median(det):.2f}% step time detectable at 80% power (median over the grid, largest "
+        f"{det[-1]:.2f}%; paired t, n=3 per point)"
+    )
     assert audit.safe(audit.rule_long_tpot, rep).verdict != audit.NOT_TESTABLE

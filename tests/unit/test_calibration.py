@@ -281,3 +281,35 @@ def test_a_stored_capture_is_loaded_with_its_amax_and_timings(tiny_model, tmp_pa
     assert c.capture_path(tiny_model, seqs[:1], 2, "cpu", root=tmp_path) != path
     assert c.capture_path(tiny_model, seqs, 1, "cpu", root=tmp_path) != path
     assert c.capture_path(tiny_model, seqs, 2, "cuda", root=tmp_path) != path
+
+
+def test_the_end_to_end_paragraph_keeps_vllms_dynamic_scales_apart_from_the_calibrated_sets():
+    """On the H200 (SmolLM2-135M-Instruct, 2026-12-04) vLLM's dynamic scales gave Δppl +252% while the calibrated
+    sets stayed within 0.3 points of the default scale: 'the calibrated sets move Δppl by at most 250.67 points' read
+    the dynamic scales' failure as the sets'. The sets' bound and the dynamic shift are now said apart."""
+    import pandas as pd
+
+    from fp8lab.calibration.verdict import end_to_end
+
+    cols = ["status", "delta_ppl_pct", "delta_ppl_pct_ci", "tf_top1", "tf_abs_dlogprob", "top3_match", "task_acc"]
+    qs = pd.DataFrame(
+        [
+            ["ok", 0.0, None, 1.0, 0.0, 0.99, 0.468],
+            ["ok", 1.45, (1.12, 1.75), 0.959, 0.0658, 0.92, 0.456],
+            ["ok", 1.17, (0.87, 1.49), 0.958, 0.0659, 0.88, 0.464],
+            ["ok", 1.31, (1.03, 1.58), 0.951, 0.0701, 0.89, 0.472],
+            ["ok", 252.12, (234.12, 269.65), 0.679, 0.9503, 0.42, 0.134],
+        ],
+        index=["auto", "fp8", "fp8+large-attn_head", "fp8+prompt32-attn_head", "fp8+dynamic"],
+        columns=cols,
+    )
+    txt = end_to_end(qs)
+    assert (
+        "the calibrated scale sets move Δppl by at most 0.28 points, teacher-forced |Δlogprob| by at most 0.0043 "
+        "nats, copy-task accuracy by at most 0.016." in txt
+    )
+    assert (
+        "vLLM's dynamic scales (`fp8+dynamic`) move, against fp8: Δppl +250.67 points, teacher-forced "
+        "|Δlogprob| +0.8845 nats, copy-task accuracy -0.322." in txt
+    )
+    assert "`fp8+dynamic`: Δppl +252.12% (95% CI 234.12 to 269.65)" in txt

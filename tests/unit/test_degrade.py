@@ -159,7 +159,7 @@ def test_a_rerender_from_the_store_is_neither_reduced_nor_emulated(monkeypatch, 
     assert degrade.gate(NB01, params) is not None
 
 
-def test_reduced_notebook_keeps_its_verdict_section(tmp_path):
+def test_reduced_notebook_keeps_its_verdict_section(forced_off, tmp_path):
     """The index links every study's #verdict: a study reduced on a device without the kernel keeps the anchor."""
     import nbformat
 

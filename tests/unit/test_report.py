@@ -157,9 +157,10 @@ def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
         "QUALITY_LENGTH",  # Study 04: fewer tokens of each document scored (one decode step each)
         "BATCHES",  # Study 06: fewer batch sizes, every context of cpu-tiny's grid kept (a line per batch)
         "ACTIVE",  # Study 07: the sweep to just past auto's knees, as the main job (every workload kept)
+        "TIMEOUT_S",  # Study 08: a row's time limit (a hang recorded sooner), no measurement changed
     }, changed
     for nb, k in changed:
-        was, now = tiny["notebooks"][nb][k], ci["notebooks"][nb][k]
+        was, now = tiny["notebooks"][nb].get(k), ci["notebooks"][nb][k]
         if k == "BATCHES":  # a part of cpu-tiny's batches; the contexts (the line's points) stay as cpu-ci has them
             ctx = ci["notebooks"][nb]["CONTEXTS"]
             assert now and set(now) < set(was) and len(ctx) >= 2, (nb, k, now, was, ctx)
@@ -167,6 +168,8 @@ def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
             assert all(x in was for x in now) and len(now) >= 2, (nb, k, now, was)
         elif k == "QUALITY_LENGTH":
             assert 256 <= now < was, (nb, k, now, was)  # fewer scored tokens, still a document, not a sentence
+        elif k == "TIMEOUT_S":
+            assert 30 <= now < (was or 900.0), (nb, k, now, was)  # 900 s: the notebook's default
         elif k != "MIN_LENGTH":
             assert 3 <= now < was, (nb, k, now, was)  # t-intervals keep at least 2 degrees of freedom
     nb04 = ci["notebooks"]["04_long_context_ramp_128k"]
