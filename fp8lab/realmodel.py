@@ -105,7 +105,7 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def _digest(files: dict[str, dict[str, Any]]) -> str:
+def files_digest(files: dict[str, dict[str, Any]]) -> str:
     """One SHA-256 over the sorted (name, sha256) pairs: the manifest's ``digest``."""
     h = hashlib.sha256()
     for name in sorted(files):
@@ -134,7 +134,7 @@ def _problem(folder: Path) -> str | None:
         return f"it was made by converter version {ver}, this fp8lab's is {CONVERTER_VERSION}"
     if not isinstance(files, dict) or "model.safetensors" not in files or "config.json" not in files:
         return f"{mf} lists no model.safetensors or config.json"
-    if _digest(files) != digest:
+    if files_digest(files) != digest:
         return f"{mf}'s digest does not match the files it lists (the manifest was edited)"
     for name, want in files.items():
         p = folder / name
@@ -345,7 +345,7 @@ def convert(gguf_path: Path | str, out: Path | str) -> dict[str, Any]:
         "converter_version": CONVERTER_VERSION,
         "dtype": "bfloat16",
         "files": files,
-        "digest": _digest(files),
+        "digest": files_digest(files),
         "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.perf_counter() - t0, 1),
     }

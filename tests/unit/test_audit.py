@@ -942,8 +942,12 @@ COMMITTED_H200 = {
     "7": NOT_REPRODUCED,
     "8": INCONCLUSIVE,
     "9": REFUTED,
-    "10": INCONCLUSIVE,
-    "11a": NOT_REPRODUCED,
+    # 2026-12-04: Study 02 on the real model (SmolLM2-135M). 10: the 32-token scales within 0.03 absolute of the
+    # large set's and no end-to-end move (the shipped model's scales were below 0.03 themselves: vacuous, inconclusive),
+    # capped by the setting; 11a: top-3 0.883 with the large set's scales, below the 0.92-0.96 band by less than the
+    # interval resolves (the shipped model's 0.992 was above it)
+    "10": NOT_REPRODUCED,
+    "11a": INCONCLUSIVE,
     "11b": NOT_REPRODUCED,  # 2026-12-03: Study 03 on the real model (prose top-3 0.83 < 0.85), capped: another model scale
     "12a": NOT_REPRODUCED,
     "12b": NOT_REPRODUCED,
@@ -1019,8 +1023,8 @@ def test_the_committed_reports_verdicts():
             assert r["match"], r["id"]
         if r["verdict"] in (CONFIRMED, REFUTED) and "GPU evidence" in r["basis"]:
             assert "mismatch" not in r["match"] or "physics" in r["basis"] or "arithmetic" in r["basis"], r["id"]
-    assert rows["10"]["details"]["h200"]["means"]["e4m3/tensor"] == pytest.approx(0.00384, abs=1e-5)
-    assert rows["11a"]["details"]["h200"]["good"]["fp8+large-attn_head"] == pytest.approx(0.9917, abs=1e-4)
+    assert rows["10"]["details"]["h200"]["means"]["e4m3/tensor"] == pytest.approx(0.009495, abs=1e-5)
+    assert rows["11a"]["details"]["h200"]["good"]["fp8+large-attn_head"] == pytest.approx(0.8833, abs=1e-4)
     assert not [r for r in rows.values() if r["verdict"] == REFUTED and r["basis"] == audit.CPU_EVIDENCE]
     # Study 07 on the H200 (2026-12-01): equal hit rates while auto's cache holds the working set, fp8 ahead beyond
     assert rows["16"]["details"]["h200"]["uncapped"] == REFUTED and rows["16"]["basis"] == "GPU evidence"

@@ -155,10 +155,13 @@ def test_study_02_judges_claim_10_by_the_audits_rule(means, word):
 
 def test_study_02_agrees_with_the_audit_on_the_committed_h200_run():
     s = json.loads(H200_02.read_text())
-    got = {v.claim_id: v.verdict for v in s02.judge(s, None, "data/configs/qwen3-8b", "NVIDIA H200", "0.26.0")}
+    got = {v.claim_id: v.verdict for v in s02.judge(s, None, s["model"], "NVIDIA H200", "0.26.0")}
     rep = audit.Report("h200", H200_02.parent, {s02.NAME: s}, {}, {})
-    assert got == {"10": audit.rule_32_token_calibration(rep).verdict, "14": audit.rule_dynamic_per_head(rep).verdict}
-    assert got["10"] == "inconclusive"  # mean |difference| 0.0038 < 0.03, but the scales are below 0.03 themselves
+    assert got["14"] == audit.rule_dynamic_per_head(rep).verdict
+    # SmolLM2-135M (2026-12-04): mean |difference| 0.0095 < 0.03 with scales above 0.03 (not vacuous), and no
+    # calibrated set moved quality end to end: the rule confirms; the study caps it by the setting (the claim's model
+    # and GPU are unstated), as the audit's page does
+    assert audit.rule_32_token_calibration(rep).verdict == "confirmed" and got["10"] == "not reproduced here"
 
 
 @pytest.mark.parametrize(
