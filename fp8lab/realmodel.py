@@ -105,6 +105,11 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def file_entry(path: Path) -> dict[str, Any]:
+    """A manifest's entry for one file: its size and SHA-256."""
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
 def files_digest(files: dict[str, dict[str, Any]]) -> str:
     """One SHA-256 over the sorted (name, sha256) pairs: the manifest's ``digest``."""
     h = hashlib.sha256()
@@ -327,11 +332,7 @@ def convert(gguf_path: Path | str, out: Path | str) -> dict[str, Any]:
     for attr in ("bos", "eos", "pad"):
         setattr(tok, f"{attr}_token", tok.convert_ids_to_tokens(config[f"{attr}_token_id"]))
     tok.save_pretrained(str(out))
-    files = {
-        p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-        for p in sorted(out.iterdir())
-        if p.is_file() and p.name != MANIFEST
-    }
+    files = {p.name: file_entry(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST}
     manifest = {
         "model": FOLDER,
         "name": NAME,

@@ -30,11 +30,7 @@ def main(store: str, out: str) -> Path:
     shutil.copytree(realmodel.check(), dst)
     shutil.copy(host_cfg[0], dst / "tokenizer_config.json")
     man = json.loads((dst / realmodel.MANIFEST).read_text())
-    man["files"] = {
-        p.name: {"bytes": p.stat().st_size, "sha256": realmodel.sha256_file(p)}
-        for p in sorted(dst.iterdir())
-        if p.is_file() and p.name != realmodel.MANIFEST
-    }
+    man["files"]["tokenizer_config.json"] = realmodel.file_entry(dst / "tokenizer_config.json")  # the one file changed
     man["digest"] = realmodel.files_digest(man["files"])
     (dst / realmodel.MANIFEST).write_text(json.dumps(man, indent=2) + "\n", encoding="utf-8")
     print(f"{dst}: {realmodel.check(dst)} (EOS {json.loads(host_cfg[0].read_text()).get('eos_token')!r})")

@@ -178,7 +178,6 @@ def test_a_worker_that_corrupts_the_heap_is_recorded_as_such_even_when_it_hangs(
     import time
 
     from fp8lab.dtypes import run
-    from fp8lab.dtypes.run import join_watching_for_abort
     from fp8lab.engine.result import root_cause
 
     assert run.ABORT_GRACE_S == 10.0
@@ -189,7 +188,7 @@ def test_a_worker_that_corrupts_the_heap_is_recorded_as_such_even_when_it_hangs(
     t0 = time.perf_counter()
     proc.start()
     try:
-        aborted = join_watching_for_abort(proc, log, t0 + 120.0)
+        aborted = run.join_watching_for_abort(proc, log, t0 + 120.0)
         waited = time.perf_counter() - t0
         assert aborted is True and proc.is_alive() is hang
         assert waited < 30.0  # not the row's 120 s: the abort message ended the wait (hang: ABORT_GRACE_S after it)
