@@ -110,8 +110,8 @@ def quality_documents(plan: LongCtxPlan) -> dict[str, list[tuple[int, ...]]]:
 
 
 def quality_phases(plan: LongCtxPlan) -> tuple[list[Phase], list[PasskeyItem]]:
-    """``div-text`` / ``div-random`` and ``passkey`` (greedy, 8 tokens); one request at a time. Also returns the
-    passkey items (keys, depths).
+    """``div-text`` / ``div-random`` and ``passkey`` (greedy, 8 tokens), ``plan.quality_concurrency`` requests at a
+    time (1: one at a time). Also returns the passkey items (keys, depths).
 
     The divergence documents are scored as ``plan.divergence_scoring`` says: ``cache`` (whole documents through
     the KV cache: the first token as the prompt, the rest forced token by token with ``top_k`` logprobs,
@@ -133,7 +133,7 @@ def quality_phases(plan: LongCtxPlan) -> tuple[list[Phase], list[PasskeyItem]]:
                     forced_request(d[:1], d[1:], plan.top_k, cls=source, tag=f"{source}-{j}")
                     for j, d in enumerate(docs)
                 )
-            phases.append(Phase(f"div-{source}", reqs, concurrency=1))
+            phases.append(Phase(f"div-{source}", reqs, concurrency=min(plan.quality_concurrency, len(reqs))))
     items: list[PasskeyItem] = []
     if plan.passkey_lengths:
         items = passkey_items(
@@ -150,7 +150,7 @@ def quality_phases(plan: LongCtxPlan) -> tuple[list[Phase], list[PasskeyItem]]:
             Phase(
                 "passkey",
                 tuple(Request(it.prompt, PASSKEY_OUTPUT_TOKENS, cls="passkey", tag=it.tag) for it in items),
-                concurrency=1,
+                concurrency=min(plan.quality_concurrency, len(items)),
             )
         )
     return phases, items

@@ -58,7 +58,9 @@ class LongCtxPlan:
     real-text and ``quality_random_docs`` random-token documents of ``quality_length`` tokens scored
     teacher-forced with ``top_k`` logprobs per position, through the KV cache or in one prefill
     (``divergence_scoring``, :data:`DivergenceScoring`); passkey prompts at ``passkey_lengths`` x
-    ``passkey_depths`` x ``passkey_trials``. When the quality model is the ramp model (and has real
+    ``passkey_depths`` x ``passkey_trials``. ``quality_concurrency``: quality requests in flight at once (1: one at a
+    time; more fills the batch, as a deployment would, for many passkey prompts on a GPU);
+    ``quality_max_num_batched_tokens``: the quality engines' chunked-prefill budget per step (``None``: the ramp's). When the quality model is the ramp model (and has real
     weights), the quality phases run on the ramp engines (no extra engine start).
     """
 
@@ -84,6 +86,8 @@ class LongCtxPlan:
     probe_boundary: bool = True
     quality_model: str | None = None
     quality_kv_cache_gib: float | None = None
+    quality_max_num_batched_tokens: int | None = None
+    quality_concurrency: int = 1
     quality_length: int | None = None
     quality_docs: int = 1
     quality_random_docs: int = 1
@@ -173,6 +177,10 @@ class LongCtxPlan:
         for v in self.passkey_depths:
             check_float(self, "passkey_depths", v, 0.0, 1.0)
         check_int(self, "passkey_trials", self.passkey_trials, 1, 1000)
+        check_int(self, "quality_concurrency", self.quality_concurrency, 1, 100_000)
+        check_int(
+            self, "quality_max_num_batched_tokens", self.quality_max_num_batched_tokens, 16, 10_000_000, optional=True
+        )
         if not self.passkey_keys:
             raise SpecError("LongCtxPlan", "passkey_keys", self.passkey_keys, "a non-empty list of needle counts")
         for v in self.passkey_keys:
@@ -234,6 +242,8 @@ class LongCtxPlan:
             probe_boundary=p["PROBE_BOUNDARY"],
             quality_model=p["QUALITY_MODEL"],
             quality_kv_cache_gib=p["QUALITY_KV_CACHE_GIB"],
+            quality_max_num_batched_tokens=p.get("QUALITY_MAX_NUM_BATCHED_TOKENS"),
+            quality_concurrency=p.get("QUALITY_CONCURRENCY", 1),
             quality_length=p["QUALITY_LENGTH"],
             quality_docs=p["QUALITY_DOCS"],
             quality_random_docs=p["QUALITY_RANDOM_DOCS"],
@@ -293,7 +303,7 @@ class LongCtxPlan:
                 kv_cache_gib=self.quality_kv_cache_gib,
                 gpu_memory_utilization=self.gpu_memory_utilization,
                 max_num_seqs=self.max_num_seqs,
-                max_num_batched_tokens=self.max_num_batched_tokens,
+                max_num_batched_tokens=self.quality_max_num_batched_tokens or self.max_num_batched_tokens,
                 enforce_eager=self.enforce_eager,
                 seed=self.seed,
                 timeout_s=self.timeout_s,

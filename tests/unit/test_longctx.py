@@ -389,6 +389,33 @@ def test_divergence_scoring_through_the_cache_or_in_one_pass():
         lc.LongCtxPlan(**kw, divergence_scoring="prefill")
 
 
+def test_quality_concurrency_and_batch_budget_reach_the_quality_engines_only():
+    """``quality_concurrency`` sets the divergence and passkey phases' requests in flight (capped at the phase's size),
+    ``quality_max_num_batched_tokens`` the quality engines' prefill budget; the ramp engine keeps its own. Their
+    defaults leave the phases as they were (one request at a time), so stored runs keep their keys."""
+    kw = dict(model=TINY, lengths=(1024,), quality_model=TINY, quality_length=256, passkey_lengths=(256,), top_k=3)
+    base = lc.LongCtxPlan(**kw)
+    assert [p.concurrency for p in lc.quality_phases(base)[0]] == [1, 1, 1]
+    wide = lc.LongCtxPlan(
+        **kw,
+        quality_docs=2,
+        passkey_trials=4,
+        quality_concurrency=8,
+        quality_max_num_batched_tokens=4096,
+        max_num_batched_tokens=512,
+    )
+    phases, items = lc.quality_phases(wide)
+    assert {p.name: p.concurrency for p in phases} == {"div-text": 2, "div-random": 1, "passkey": 8}
+    assert len(items) == 12
+    assert wide.engine_spec("fp8", quality=True).max_num_batched_tokens == 4096
+    assert wide.engine_spec("fp8").max_num_batched_tokens == 512
+    assert base.engine_spec("fp8", quality=True).max_num_batched_tokens is None
+    with pytest.raises(SpecError, match="quality_concurrency = 0"):
+        lc.LongCtxPlan(**kw, quality_concurrency=0)
+    with pytest.raises(SpecError, match="quality_max_num_batched_tokens = 8"):
+        lc.LongCtxPlan(**kw, quality_max_num_batched_tokens=8)
+
+
 def test_phase_names_round_trip():
     assert lc.phase_meta("ramp-c4-L8160") == {"kind": "ramp", "concurrency": 4, "length": 8160}
     assert lc.phase_meta("randtok-L1024") == {"kind": "randtok", "concurrency": 1, "length": 1024}
