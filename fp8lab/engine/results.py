@@ -363,7 +363,7 @@ def stored_elsewhere(
     under another vLLM, torch or engine code (the H200's 0.26.0 re-rendered on the CPU's 0.32.0), or stored before
     those keys were part of the descriptor; when this machine lacks the model's files (``descriptor`` has no
     ``model_digest``), by the model's name alone. Finished runs first (``done``: a file they hold, or a test of the
-    folder); ``None`` if none. The loaded run's own provenance still names its vLLM, so the page says where its
+    folder), then the earliest measured (:func:`_alike`); ``None`` if none. The loaded run's own provenance still names its vLLM, so the page says where its
     numbers come from."""
 
     # a model whose files are not on this machine has no digest here: it is then found by its name (model_ref)
@@ -374,8 +374,21 @@ def stored_elsewhere(
     return found[0] if found else None
 
 
+def _measured_on(run: Path) -> str:
+    """When ``run`` was measured (its provenance's ``date_utc``, ISO 8601 in UTC, so it sorts as text); ``"~"``, after
+    every date, where its provenance does not say."""
+    try:
+        return str(json.loads((run / "provenance.json").read_text()).get("date_utc") or "~")
+    except (OSError, ValueError):
+        return "~"
+
+
 def _alike(run_dir: Path, descriptor: dict[str, Any], skip: Sequence[str]) -> list[Path]:
-    """The stored folders beside ``run_dir`` whose ``spec.json`` equals ``descriptor`` but for the keys ``skip``."""
+    """The stored folders beside ``run_dir`` whose ``spec.json`` equals ``descriptor`` but for the keys ``skip``,
+    the earliest measured first (then by folder name). A store may hold the same spec measured twice (a later study
+    re-measuring engines of the same spec under newer engine code, as Study 02 did Study 03's in 2026-12): the first
+    measured is the one a page was made with, and one measured later never changes which run an earlier page loads.
+    """
 
     def strip(d: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in d.items() if k not in skip}
@@ -389,7 +402,7 @@ def _alike(run_dir: Path, descriptor: dict[str, Any], skip: Sequence[str]) -> li
             continue
         if have == want:
             found.append(f.parent)
-    return found
+    return sorted(found, key=lambda d: (_measured_on(d), d.name))
 
 
 def reusable(run_dir: Path, descriptor: dict[str, Any]) -> Path | None:

@@ -94,3 +94,25 @@ def test_reuse_loads_a_run_of_older_engine_code_only_when_this_vllm_measured_it(
         spec, results._as_phases([Request(prompt_token_ids=(7,), max_tokens=4)]), "llm", 0.25
     )
     assert results.reusable(results.run_dir_for("s", other, tmp_path), other) is None
+
+
+def test_the_same_spec_stored_twice_loads_the_run_measured_first(tmp_path):
+    """Study 02 re-measured Study 03's auto and fp8 engines (same spec and phases, newer engine code) into the same
+    store: a re-render must load the run measured first, whatever the folders' names, so a run stored later never
+    changes which run an earlier page shows (before, the folder name decided: Study 03's page re-rendered with Study
+    02's auto engines)."""
+    from fp8lab.engine import results
+
+    old = {**DESC, "engine_code": "000000000000"}
+    for name, date in (("0-later", "2026-12-04T14:05:32+00:00"), ("f-first", "2026-12-03T09:55:16+00:00")):
+        res = _result(tokens=len(name))
+        res.provenance["date_utc"] = date
+        save(res, tmp_path / "s" / name, old)
+    save(_result(), tmp_path / "s" / "0-undated", old)  # no date: after every dated run
+    want = {**DESC, "engine_code": "111111111111"}
+    assert results.stored_elsewhere(tmp_path / "s" / "new", want, done=_final).name == "f-first"
+    assert [d.name for d in results._alike(tmp_path / "s" / "new", want, results.VERSION_KEYS)] == [
+        "f-first",
+        "0-later",
+        "0-undated",
+    ]

@@ -94,10 +94,10 @@ def test_study_00_rows_from_the_committed_parameters(h200_00):
     auto = st.one(rows, metric="num_blocks_formula", kv_dtype="auto", baseline=None)
     assert auto["value"] == s["measured"]["auto"]["predicted_blocks"] == 2**32 // (16 * 3072)
     assert auto["setting"] == "4 GiB of KV, block 16"
-    # every H200 engine on record: the formula gave all 32 block counts exactly (README)
+    # every H200 engine on record: the formula gave all 29 block counts exactly (README)
     rec = st.one(rows, metric="formula_exact_share")
-    assert (rec["value"], rec["n"], rec["evidence"], rec["device"]) == (1.0, 32, "gpu", "NVIDIA H200")
-    assert s["records"]["compared"] == 32
+    assert (rec["value"], rec["n"], rec["evidence"], rec["device"]) == (1.0, 29, "gpu", "NVIDIA H200")
+    assert s["records"]["compared"] == 29
 
 
 def test_study_00_verdicts(h200_00):
@@ -105,7 +105,7 @@ def test_study_00_verdicts(h200_00):
     assert list(v) == ["3a", "00.formula"] and all(isinstance(x, study.Verdict) for x in v.values())
     assert (v["3a"].verdict, v["3a"].n) == ("confirmed", 11)  # the shipped model and 10 published configs
     assert "`fp8` stores 1,536 B/token vs 3,072 for `auto`" in v["3a"].sentence
-    assert (v["00.formula"].verdict, v["00.formula"].n) == ("confirmed", 32)
+    assert (v["00.formula"].verdict, v["00.formula"].n) == ("confirmed", 29)
     assert h200_00.markdown().startswith("- **KV per token** (fp8lab-tiny-qwen3): `fp8` stores 1,536 B/token")
 
 
@@ -233,6 +233,6 @@ def test_study_00_counts_an_engine_on_record_once(h200_00):
     s = h200_00.summary()
     ok = {"status": "ok", "rel_error": 0.0, "engine_blocks": 2730, "predicted_blocks": 2730}
     measured = {**s, "measured": {"auto": ok, "fp8": {**ok, "engine_blocks": 5461, "predicted_blocks": 5461}}}
-    assert verdicts(measured)[1].n == 32 + 2
-    assert verdicts(measured, duplicates=2)[1].n == 32
-    assert "block count of 32 engines exactly" in verdicts(measured, duplicates=2)[1].sentence
+    assert verdicts(measured)[1].n == 29 + 2
+    assert verdicts(measured, duplicates=2)[1].n == 29
+    assert "block count of 29 engines exactly" in verdicts(measured, duplicates=2)[1].sentence
