@@ -169,6 +169,7 @@ from fp8lab.audit.rules_memory import (  # noqa: F401
     rule_total_memory,
 )
 from fp8lab.audit.rules_quality import (  # noqa: F401
+    CLAIM10_MARGIN,
     CLAIM10_THRESHOLD,
     CLAIM11_BAND,
     CLAIM11_FAIL,

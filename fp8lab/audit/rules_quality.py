@@ -104,16 +104,20 @@ def rule_formats(ev: Evidence) -> Finding:
 
 # --------------------------------------------------------------------------------------------- claim 10
 CLAIM10_THRESHOLD = 0.03
+#: The bound informs about a format and strategy only where a scale set that knows nothing (all zeros: its |difference|
+#: is the scale itself) misses it by this factor, i.e. where the mean scale is at least this many times 0.03.
+CLAIM10_MARGIN = 2.0
 
 
 @per_report("10")
 def rule_32_token_calibration(rep: Report) -> Finding:
     """Study 02's mean absolute difference between the 32-token prompt's scales and the large set's, per format and
-    strategy (the report's "below 0.03" is an absolute figure). The criterion is only informative where it is
-    smaller than the scales themselves (mean scale = mean |difference| / mean relative difference): where 0.03
-    exceeds the scales, any two scale sets between 0 and 0.03 pass, so the claim as stated cannot fail
-    (inconclusive: vacuous here; the relative difference and the end-to-end quality are the evidence). Otherwise
-    every mean below 0.03 -> confirmed; none below -> refuted; some -> inconclusive."""
+    strategy (the report's "below 0.03" is an absolute figure). The criterion informs only where it is well below
+    the scales themselves (mean scale = mean |difference| / mean relative difference): a set of zeros differs from
+    the large set by the scale itself, so where the scale is below :data:`CLAIM10_MARGIN` x 0.03 any scale set
+    near zero passes or nearly passes, and that format and strategy cannot test the claim. Judged on the informative
+    ones: every mean below 0.03 -> confirmed; none below -> refuted; some -> inconclusive. None informative ->
+    inconclusive (vacuous here; the relative difference and the end-to-end quality are the evidence)."""
     s = rep.study(CALIBRATION)
     ps = finite_key(s, "prompt_set", rep.label_of(CALIBRATION))
     means, rel = calibration_scale_diffs(rep, ps)
@@ -131,32 +135,45 @@ def rule_32_token_calibration(rep: Report) -> Finding:
     if q:
         text.append("end to end dppl " + ", ".join(f"{k} {v:+.2f}%" for k, v in q.items()))
     scales = {k: means[k] / float(rel[k]) for k in means if rel.get(k)}
-    vacuous = bool(scales) and max(scales.values()) < CLAIM10_THRESHOLD
-    v = CONFIRMED if all(below.values()) else REFUTED if not any(below.values()) else INCONCLUSIVE
-    if vacuous:
+    informative = {k for k in means if k in scales and scales[k] >= CLAIM10_MARGIN * CLAIM10_THRESHOLD}
+    shown = "; mean scales " + ", ".join(f"{k} {x:.4f}" for k, x in scales.items())
+    details = {"means": means, "below": below, "relative": rel, "scales": scales}
+    if scales and not informative:
+        top = max(scales.values())
+        why = (
+            f"the scales themselves are below {CLAIM10_THRESHOLD} (up to {top:.4f}), so an absolute bound of "
+            f"{CLAIM10_THRESHOLD} passes any scale set"
+            if top < CLAIM10_THRESHOLD
+            else f"the scales themselves are at most {top:.4f}, under {CLAIM10_MARGIN:g} x {CLAIM10_THRESHOLD}: a "
+            f"set of zeros would differ from the large set by no more than {top:.4f}, so a bound of "
+            f"{CLAIM10_THRESHOLD} cannot tell a calibration from none"
+        )
         return finding(
             INCONCLUSIVE,
-            "; ".join(text) + "; mean scales " + ", ".join(f"{k} {x:.4f}" for k, x in scales.items()),
-            f"vacuous here: the scales themselves are below {CLAIM10_THRESHOLD} (up to {max(scales.values()):.4f}), "
-            f"so an absolute bound of {CLAIM10_THRESHOLD} passes any scale set; relative to their size the 32-token "
-            "scales differ by the percentages shown",
-            {"means": means, "below": below, "relative": rel, "scales": scales, "vacuous": True},
+            "; ".join(text) + shown,
+            f"vacuous here: {why}; relative to their size the 32-token scales differ by the percentages shown",
+            {**details, "vacuous": True},
             setting=rep.setting(CALIBRATION),
             detectable="exact (deterministic scales from recorded K/V)",
         )
+    judged = {k: b for k, b in below.items() if k in informative} if scales else below
+    v = CONFIRMED if all(judged.values()) else REFUTED if not any(judged.values()) else INCONCLUSIVE
+    left = sorted(set(means) - set(judged))
     on = (
         "every strategy within 0.03 absolute; the scales are small numbers, so the relative difference is large "
         "(shown), and it did not move quality end to end"
         if v == CONFIRMED
-        else "within 0.03 for " + (", ".join(k for k, b in below.items() if b) or "none")
+        else "within 0.03 for " + (", ".join(k for k, b in judged.items() if b) or "none")
     )
-    worst = max(means.values())
-    rmax = max((float(x) for x in rel.values() if x is not None), default=float("nan"))
+    if left:
+        on += f" (not judged: {', '.join(left)}, whose scales are under {CLAIM10_MARGIN:g} x {CLAIM10_THRESHOLD})"
+    worst = max(means[k] for k in judged)
+    rmax = max((float(rel[k]) for k in judged if rel.get(k) is not None), default=float("nan"))
     return finding(
         v,
-        "; ".join(text),
+        "; ".join(text) + (shown if left else ""),
         on,
-        {"means": means, "below": below, "relative": rel},
+        {**details, "judged": sorted(judged)} if left else {"means": means, "below": below, "relative": rel},
         setting=rep.setting(CALIBRATION),
         detectable="exact (deterministic scales from recorded K/V)",
         headline=f"Scales from one 32-token prompt are within 0.03 of a large calibration's (mean |difference| "

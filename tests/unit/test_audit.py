@@ -527,6 +527,26 @@ def test_claim10_is_vacuous_where_the_scales_are_below_its_bound():
     assert here(run("10", ev(rep(s02=_cal(0.02, 0.025, rel=0.1))))) == CONFIRMED
 
 
+def test_claim10_needs_scales_well_above_its_bound():
+    """SmolLM2 on the H200 (2026-12-04): mean |difference| 0.0095 at 31% relative, so scales of about 0.0306, just
+    above 0.03. A set of zeros would differ from the large set by 0.0306 and miss the bound by 0.0006: the bound
+    cannot tell a calibration from none, so it is not read as confirmed. A format whose scales are under twice the
+    bound is left out of the verdict; the others decide it."""
+    f = run("10", ev(rep(s02=_cal(0.0095, 0.0094, rel=0.31))))
+    assert (
+        f.verdict == INCONCLUSIVE
+        and "vacuous here" in f.on_what
+        and "cannot tell a calibration from none" in (f.on_what)
+    )
+    assert "mean scales e4m3/tensor 0.0306" in f.measured
+    # per tensor uninformative (0.033), per head informative (1.0) and 10x over the bound: refuted where it informs
+    g = run("10", ev(rep(s02=_cal(0.01, 0.3, rel=0.3))))
+    assert here(g) == REFUTED and "not judged: e4m3/tensor" in g.on_what
+    assert g.details["gpu"]["judged"] == ["e4m3/attn_head"]
+    # just at the margin: scales of 0.06 (0.018 / 0.3) inform
+    assert here(run("10", ev(rep(s02=_cal(0.018, 0.018, rel=0.3))))) == CONFIRMED
+
+
 def _q03(cats: dict, ci=(0.88, 1.0), label: str = "fp8") -> dict:
     return {
         "labels": ["auto", label],
@@ -943,10 +963,10 @@ COMMITTED_H200 = {
     "8": INCONCLUSIVE,
     "9": REFUTED,
     # 2026-12-04: Study 02 on the real model (SmolLM2-135M). 10: the 32-token scales within 0.03 absolute of the
-    # large set's and no end-to-end move (the shipped model's scales were below 0.03 themselves: vacuous, inconclusive),
-    # capped by the setting; 11a: top-3 0.883 with the large set's scales, below the 0.92-0.96 band by less than the
+    # large set's, but the scales themselves are about 0.03, so the bound cannot tell a calibration from none
+    # (vacuous, inconclusive; session 20); 11a: top-3 0.883 with the large set's scales, below the 0.92-0.96 band by less than the
     # interval resolves (the shipped model's 0.992 was above it)
-    "10": NOT_REPRODUCED,
+    "10": INCONCLUSIVE,
     "11a": INCONCLUSIVE,
     "11b": NOT_REPRODUCED,  # 2026-12-03: Study 03 on the real model (prose top-3 0.83 < 0.85), capped: another model scale
     "12a": NOT_REPRODUCED,
