@@ -21,6 +21,10 @@ from fp8lab.studies import all_studies
 
 #: off for its own tests): as the root conftest decides which ``native_fp8`` tests run.
 NATIVE_FP8 = kv_support("fp8").native
+#: Why fp8 does not run natively here, as the pages must say it: this CPU's reason (an AVX2-only CPU: "... requires
+#: x86 with AVX-512 or AMX ..."), or the switch's where ``FP8LAB_NATIVE_FP8=0`` is set for the whole session (the
+#: AVX2 path checked on a CPU that has the kernel); ``None`` where it runs natively.
+NO_KERNEL = kv_support("fp8").reason
 #: The tier's profile: cpu-ci, or cpu-ci-emulated where FP8 runs emulated (fp8lab/profiles.yaml says why).
 PROFILE = tier_profile(NATIVE_FP8)
 
@@ -35,6 +39,12 @@ def profile() -> dict:
 def native_fp8() -> bool:
     """True where the FP8 engines ran natively; False where the notebooks took the emulated / reduced path."""
     return NATIVE_FP8
+
+
+@pytest.fixture(scope="session")
+def no_kernel() -> str | None:
+    """:data:`NO_KERNEL`: the reason the pages give for fp8 not running natively here."""
+    return NO_KERNEL
 
 
 @pytest.fixture(scope="session")

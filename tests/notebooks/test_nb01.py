@@ -36,10 +36,10 @@ def summary(nb01):
     return nb01[1]
 
 
-def test_all_engines_ran(summary, native_fp8, not_measured):
+def test_all_engines_ran(summary, native_fp8, not_measured, no_kernel):
     if not native_fp8:  # no engine started: auto is not run, fp8 unsupported with the reason
         not_measured(summary, "01", "engines", "engines_ok", "trials")
-        assert "AVX-512 or AMX" in summary["fp8.unsupported_reason"]
+        assert no_kernel in summary["fp8.unsupported_reason"]
         caps = {r["kv_cache_dtype"]: r for r in summary["capability"]["kv_dtypes"]}  # fp8lab doctor's table
         assert caps["fp8"]["native"] is False and caps["auto"]["native"] is True
         return
@@ -175,8 +175,10 @@ def report_dir(summary, tmp_path_factory):
         for f in tmp_path_factory.getbasetemp().glob(f"*/{NB.stem}.summary.json")
         if json.loads(f.read_text()) == summary
     }
-    assert len(hits) == 1, hits
-    return hits.pop()
+    # one folder, or two with the same summary where test_degraded.py's run said the same (FP8LAB_NATIVE_FP8=0 set for
+    # the whole session gives both runs the switch's reason): either holds this run's rows
+    assert hits, summary
+    return min(hits)
 
 
 def test_the_audit_reads_the_rows_this_run_wrote(summary, report_dir, tmp_path, native_fp8):

@@ -72,7 +72,7 @@ def test_held_out_error_per_scale_set(nb02):
             assert s[f"snr_db.large.e4m3.tensor.rne.{t}"] > s[f"snr_db.large.e4m3.tensor.rtz.{t}"]
 
 
-def test_end_to_end_and_backend_checks(nb02, native_fp8, kv_label):
+def test_end_to_end_and_backend_checks(nb02, native_fp8, kv_label, no_kernel):
     params, s = nb02
     assert s["quality.auto.status"] == "ok" and s["quality.auto.delta_ppl_pct"] == 0.0
     fp8 = kv_label("fp8")
@@ -97,11 +97,11 @@ def test_end_to_end_and_backend_checks(nb02, native_fp8, kv_label):
     assert s[f"quality.{fp8}.delta_ppl_pct"] != 0.0 and 0.9 <= s[f"quality.{fp8}.tf_top1"] < 1.0
     if params["QUALITY_SETS"]:
         assert s["quality.max_shift_vs_fp8_emulated.tf_abs_dlogprob"] > 0
-    assert s["not_measured"].startswith("Native FP8 KV was not measured (FP8 KV cache on CPU requires x86 with")
+    assert s["not_measured"].startswith(f"Native FP8 KV was not measured ({no_kernel})")
     assert "ran emulated" in s["not_measured"] and all(lab in s["not_measured"] for lab in fp8_labels)
     # vLLM's dynamic scales need the native kernel: recorded unsupported, whether vLLM offers them not tested
     assert s["dynamic.status"] == "unsupported" and s["dynamic.offered"] is None
-    assert s["dynamic.text"].startswith("not tested: unsupported: FP8 KV cache on CPU requires")
+    assert s["dynamic.text"].startswith(f"not tested: unsupported: {no_kernel}")
     assert s["quality.fp8+dynamic.status"] == "unsupported"
     assert params["DETECT_HEAD_REDUCTION"] or not any(k.startswith("head_reduction.") for k in s)
 

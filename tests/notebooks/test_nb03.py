@@ -25,7 +25,7 @@ def nb03(run_nb, model_overrides):
     return run_nb(NB03, model_overrides)
 
 
-def test_summary_has_every_dtype(nb03, kv_label, native_fp8):
+def test_summary_has_every_dtype(nb03, kv_label, native_fp8, no_kernel):
     params, s = nb03
     labels = ["auto"] + [kv_label(d) for d in params["KV_DTYPES"] if d != "auto"]
     assert s["labels"][: len(labels)] == labels
@@ -37,7 +37,7 @@ def test_summary_has_every_dtype(nb03, kv_label, native_fp8):
     assert s["n_prompts"] > 0 and s["report_threshold"] == 0.85
     if not native_fp8:  # what ran emulated, and why, on the page; never a native label beside it
         assert s["labels"] == labels and not any(k.startswith(("fp8.", "fp8_e5m2.")) for k in s)
-        assert s["not_measured"].startswith("Native FP8 KV was not measured (FP8 KV cache on CPU requires x86 with")
+        assert s["not_measured"].startswith(f"Native FP8 KV was not measured ({no_kernel})")
         assert "ran emulated" in s["not_measured"]
 
 
@@ -94,8 +94,10 @@ def test_the_audit_reads_the_rows_this_run_wrote(nb03, tmp_path_factory, native_
         for f in tmp_path_factory.getbasetemp().glob(f"*/{NB03.stem}.summary.json")
         if json.loads(f.read_text()) == s
     }
-    assert len(folders) == 1, folders
-    folder = folders.pop()
+    # one folder, or two with the same summary where test_degraded.py's run said the same (FP8LAB_NATIVE_FP8=0 set for
+    # the whole session gives both runs the switch's reason): either holds this run's rows
+    assert folders, s
+    folder = min(folders)
     rows = st.read_rows(folder / f"{NB03.stem}.rows.json")
     assert st.read_parquet(folder / f"{NB03.stem}.rows.parquet") == rows
     for lab in s["labels"][1:]:

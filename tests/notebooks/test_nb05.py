@@ -126,10 +126,10 @@ def test_reads_every_report_and_records_the_headline(nb05):
     assert (
         s["verdict_counts"]
         == counts
-        == {"confirmed": 4, "refuted": 23, "not reproduced here": 11, "inconclusive": 6, "not testable here": 8}
+        == {"confirmed": 4, "refuted": 23, "not reproduced here": 10, "inconclusive": 7, "not testable here": 8}
     )
     assert s["headline"][0] == (
-        "Of 52 claims of the field reports: 4 confirmed, 23 refuted, 11 not reproduced here, 6 inconclusive, "
+        "Of 52 claims of the field reports: 4 confirmed, 23 refuted, 10 not reproduced here, 7 inconclusive, "
         "8 not testable here."
     )
     assert any("(claim 4a: confirmed)" in h and "NVIDIA H200" in h for h in s["headline"])

@@ -484,8 +484,8 @@ def test_study_05_results_from_the_committed_reports():
     assert s["verdict_counts"] == {  # claim 17 inconclusive on the replicated Study 06 (batch 1 only)
         "confirmed": 5,
         "refuted": 22,
-        "not reproduced here": 13,
-        "inconclusive": 6,
+        "not reproduced here": 12,
+        "inconclusive": 7,
         "not testable here": 6,
     }
     v = res.verdict()
