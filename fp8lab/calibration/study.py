@@ -192,6 +192,7 @@ class Results:
             self.head_check,
             self.dynamic,
             self.spec.engine_rounding,
+            judged=next((v.verdict for v in self.verdict() if v.claim_id == "10"), None),
         )
         return "\n\n".join([*self.runs.notes, text])
 

