@@ -363,8 +363,8 @@ def stored_elsewhere(
     under another vLLM, torch or engine code (the H200's 0.26.0 re-rendered on the CPU's 0.32.0), or stored before
     those keys were part of the descriptor; when this machine lacks the model's files (``descriptor`` has no
     ``model_digest``), by the model's name alone. Finished runs first (``done``: a file they hold, or a test of the
-    folder), then the earliest measured (:func:`_alike`); ``None`` if none. The loaded run's own provenance still names its vLLM, so the page says where its
-    numbers come from."""
+    folder), then the earliest measured (:func:`_alike`); ``None`` if none. The loaded run's own provenance still
+    names its vLLM, so the page says where its numbers come from."""
 
     # a model whose files are not on this machine has no digest here: it is then found by its name (model_ref)
     skip = VERSION_KEYS if "model_digest" in descriptor else (*VERSION_KEYS, "model_digest")

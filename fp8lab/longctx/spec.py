@@ -60,8 +60,9 @@ class LongCtxPlan:
     (``divergence_scoring``, :data:`DivergenceScoring`); passkey prompts at ``passkey_lengths`` x
     ``passkey_depths`` x ``passkey_trials``. ``quality_concurrency``: quality requests in flight at once (1: one at a
     time; more fills the batch, as a deployment would, for many passkey prompts on a GPU);
-    ``quality_max_num_batched_tokens``: the quality engines' chunked-prefill budget per step (``None``: the ramp's). When the quality model is the ramp model (and has real
-    weights), the quality phases run on the ramp engines (no extra engine start).
+    ``quality_max_num_batched_tokens``: the quality engines' chunked-prefill budget per step (``None``: the ramp's).
+    When the quality model is the ramp model (and has real weights), the quality phases run on the ramp engines (no
+    extra engine start).
     """
 
     model: str
