@@ -176,6 +176,11 @@ class Results:
     def verdict(self) -> tuple[Verdict, ...]:
         """Claims 10 and 14 of the claims audit, each judged by the audit's own rule on this run alone
         (:func:`judge`)."""
+        return self._verdicts
+
+    @functools.cached_property
+    def _verdicts(self) -> tuple[Verdict, ...]:
+        """:meth:`verdict`'s answer, judged once: :meth:`markdown` quotes claim 10's word from it too."""
         ok = [r for r in self.runs.results.values() if r.status == "ok"]
         prov = ok[0].provenance if ok else {}
         return judge(self.summary(), self.rows(), self.spec.calibration.model, prov.get("device"), prov.get("vllm"))

@@ -46,7 +46,11 @@ def claim_verdict(
     parts = [f"{r.format}/{r.strategy}: mean {r.rel_diff_mean:.3f}, max {r.rel_diff_max:.3f}" for _, r in d.iterrows()]
     held = bool(len(d)) and bool((d.rel_diff_mean < threshold).all())
     word = judged if judged is not None else "holds" if held else "does not hold"
-    how = " (as the claims audit judges its claim 10: the report's 0.03 is an absolute difference)" if judged else ""
+    how = (
+        " (as the claims audit judges its claim 10: the report's 0.03 is an absolute difference)"
+        if judged is not None
+        else ""
+    )
     txt = (
         f"**Claim 1, scales from the {cal.captures[first].n_tokens}-token prompt are within {threshold} of the "
         f"large set's on average: {word} on {Path(s.model).name}{how}.** Relative difference "
