@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8lab.engine import devices
-from fp8lab.engine.worker import prepare_worker, start_llm, stop_llm
+from fp8lab.engine.worker import prepare_worker, settle_heap, start_llm, stop_llm
 
 #: Unix time by which the worker's engine sets must end (set by scripts/h200_run.sh from its budget); unset: none.
 DEADLINE_ENV = "FP8LAB_DEADLINE"
@@ -149,6 +149,8 @@ def worker_main(specs: dict[str, dict[str, Any]], plan: dict[str, Any], out_dir:
         t_set = time.time()
         live: dict[str, Any] = {}
         ids: dict[str, str] = {}
+        llm = None  # the last set's engine, left bound by its loop: dropped before the heap settles
+        settle_heap()
         for d in configs:
             eid = f"{arm}/r{rnd}/{d}"
             uid = f"{eid}#{time.time_ns()}"

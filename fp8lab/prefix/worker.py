@@ -16,7 +16,6 @@ every finished cell, and a rerun skips them.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -180,15 +179,6 @@ def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple
     return start(spec, log_path, extra)
 
 
-def _stop(llm: Any) -> None:
-    try:
-        llm.llm_engine.engine_core.shutdown()
-    except Exception:
-        pass
-    del llm
-    gc.collect()
-
-
 def _failure(exc: BaseException, log: Path, before: int) -> dict[str, Any]:
     from fp8lab.engine.result import classify_failure, root_cause
 
@@ -202,6 +192,7 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
     """Run every missing cell and the correctness check. Never raises: failures land in ``engines.json``."""
     from fp8lab import prefix as px
     from fp8lab.engine import capability, devices
+    from fp8lab.engine.worker import settle_heap, stop_llm
 
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # the caller kills the whole tree (engine cores, workers) by process group
@@ -249,6 +240,8 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
     for group in sets:
         live: dict[str, Any] = {}
         taps: dict[str, _Tap] = {}
+        llm = None  # the last set's engine, left bound by its loops: dropped before the heap settles
+        settle_heap()
         for d in group:
             sup = capability.kv_support(d, spec.model)
             if not sup.native:  # no engine this device cannot run natively (an emulated cache has auto's blocks)
@@ -314,7 +307,7 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
             save()
         finally:
             for llm in live.values():
-                _stop(llm)
+                stop_llm(llm)
             live.clear()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -130,12 +130,3 @@ def test_request_longer_than_max_model_len_rejected_before_start(tiny_model):
     spec = EngineSpec(model=tiny_model, max_model_len=128, kv_cache_gib=KV_GIB)
     with pytest.raises(SpecError, match="prompt_len \\+ max_tokens"):
         run_engine(spec, [Request(prompt_token_ids=PROMPT * 2, max_tokens=10)])
-
-
-def test_timeout_kills_the_engine_tree(tiny_model, tmp_path, engine_processes):
-    spec = EngineSpec(model=tiny_model, kv_cache_gib=KV_GIB, max_model_len=2048, timeout_s=8)
-    # minutes of decoding: the timeout falls while the engine works, however fast it starts
-    long = [Request(prompt_token_ids=PROMPT, max_tokens=1900) for _ in range(32)]
-    res = run_engine(spec, long, work_dir=tmp_path)
-    assert res.status == "timeout" and "8" in res.error
-    assert engine_processes() == []

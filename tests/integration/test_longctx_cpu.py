@@ -46,8 +46,8 @@ def study(tiny_model, runs_root):
         top_k=3,
         position_bins=4,
     )
-    # the notebook's study name: on a CPU without the FP8 kernel the notebook tier's profile (cpu-ci-emulated) runs this
-    # plan, so tests/notebooks/test_nb04.py loads these engines from the session's store
+    # the notebook's study name: the notebook tier's profile (cpu-ci, and cpu-ci-emulated on a CPU without the FP8
+    # kernel) runs this plan, so tests/notebooks/test_nb04.py loads these engines from the session's store
     res = lc.run_study(plan, progress=False)
     return plan, res, lc.tables(res)
 

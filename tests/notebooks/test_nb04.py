@@ -1,6 +1,6 @@
-"""Notebook 04 executed top to bottom by papermill on the test profile (``cpu-ci``, cpu-tiny with fewer repetitions;
-``cpu-ci-emulated`` where FP8 runs emulated: there the plan of tests/integration/test_longctx_cpu.py, whose engines
-the suite has then stored, so the notebook loads them); asserts on its summary and its page.
+"""Notebook 04 executed top to bottom by papermill on the test profile (``cpu-ci``, or ``cpu-ci-emulated`` where FP8
+runs emulated: both run the plan of tests/integration/test_longctx_cpu.py, whose engines the suite has then stored, so
+the notebook loads them, and the block-size sweep of its own); asserts on its summary and its page.
 
 Expectations are derived from the parameters the profile gives (the KV budget, the grid), by the
 formula, so they hold for whichever budget the profile sets. Without the native FP8 KV kernel (``native_fp8``

@@ -98,7 +98,7 @@ def test_engine_past_its_timeout_is_killed_with_all_its_children(tiny_model, tmp
 def test_async_engine_past_its_timeout_is_killed_with_its_engine_core(tiny_model, tmp_path, engine_processes):
     """The async driver's engine core is a process of its own (on a CPU forked from fp8lab's forkserver, so not the
     worker's child: it joins the worker's process group). A timeout kills it with the worker, leaving nothing."""
-    spec = EngineSpec(model=tiny_model, kv_cache_gib=0.25, max_model_len=2048, timeout_s=12)
+    spec = EngineSpec(model=tiny_model, kv_cache_gib=0.25, max_model_len=2048, timeout_s=8)
     long = [Request(prompt_token_ids=PROMPT, max_tokens=1900) for _ in range(32)]
     seen: list = []
 
@@ -114,7 +114,7 @@ def test_async_engine_past_its_timeout_is_killed_with_its_engine_core(tiny_model
     t.start()
     res = run_engine(spec, long, driver="async", work_dir=tmp_path)
     t.join(70)
-    assert res.status == "timeout" and "timeout_s = 12" in res.error
+    assert res.status == "timeout" and "timeout_s = 8" in res.error
     assert len(seen) >= 2, seen  # the worker and its engine core were both seen running
     left = engine_processes()
     assert left == [], [(p.pid, p.ppid(), os.getpgid(p.pid), p.cmdline()[-3:]) for p in left]

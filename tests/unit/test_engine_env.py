@@ -72,6 +72,31 @@ def test_a_forkserver_child_takes_the_environment_of_the_moment_it_starts(tmp_pa
         assert res.stdout.split()[-1] == "spawn"
 
 
+def test_a_forkserver_child_freezes_what_it_inherited(tmp_path):
+    """An engine start calls ``gc.collect`` five times; in a forkserver child every object inherited from the server
+    (vLLM imported) is frozen first, out of the collector's reach, so those calls stay short. The child sees a
+    non-empty permanent generation; a plain forked child (nothing frozen) sees none. In a fresh interpreter, as
+    above."""
+    out = tmp_path / "frozen.txt"
+    code = textwrap.dedent(f"""
+        import gc, multiprocessing as mp
+        from fp8lab.engine.procs import _CallersEnvironment
+        write = "import gc; open({str(out)!r}, 'a').write(str(gc.get_freeze_count()) + chr(10))"
+        for ctx in (_CallersEnvironment(mp.get_context("forkserver")), mp.get_context("fork")):
+            proc = ctx.Process(target=exec, args=(write,), name="fp8lab-freeze-test")
+            proc.start()
+            proc.join(60)
+            assert proc.exitcode == 0
+        assert gc.get_freeze_count() == 0  # the starting process itself is left as it was
+    """)
+    env = {**os.environ, "FP8LAB_VLLM_PROCESSES": "", "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("FP8LAB_FORKSERVER", None)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    in_forkserver_child, in_plain_fork = (int(n) for n in out.read_text().split())
+    assert in_forkserver_child > 1000 and in_plain_fork == 0
+
+
 def test_the_memory_probe_finds_the_members_of_a_process_group():
     """A worker leading its process group counts an engine core that joined the group from elsewhere (an AsyncLLM's
     core forked from the forkserver is not the worker's child): ``group_members`` lists the group, nothing else."""

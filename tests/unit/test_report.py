@@ -8,7 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from fp8lab.profiles import TEST_PROFILE, list_notebooks, load_profile, load_profiles
+from fp8lab import kvmath
+from fp8lab import longctx as lc
+from fp8lab.paths import NOTEBOOKS_DIR
+from fp8lab.profiles import TEST_PROFILE, list_notebooks, load_profile, load_profiles, resolved_parameters
 from fp8lab.report.run import record_summary, write_index
 from fp8lab.specs import SpecError
 
@@ -133,10 +136,28 @@ def test_the_quick_profile_measures_what_cpu_tiny_does_with_fewer_repetitions():
     assert "fewer" in quick["description"] and "cpu-tiny" in quick["description"]
 
 
+#: Study 04's settings in cpu-ci that make it the plan of tests/integration/test_longctx_cpu.py (whose engines the
+#: notebook tier then loads): a smaller budget, ramp and passkey, the same shape (checked below).
+NB04_PLAN = {
+    "KV_CACHE_GIB",
+    "BLOCK_SIZE",
+    "MIN_LENGTH",
+    "MAX_CONTEXT",
+    "OUTPUT_TOKENS",
+    "RANDOM_TOKEN_LENGTHS",
+    "QUALITY_LENGTH",
+    "TOP_K",
+    "POSITION_BINS",
+    "PASSKEY_LENGTHS",
+}
+
+
 def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
     """The suite's notebook tier (cpu-ci) runs cpu-tiny's model, budgets and workloads, and every code path cpu-tiny
     exercises (what cpu-quick drops: both arrivals, the non-streaming client, the head-reduction twin, the boundary
-    probes, the refused block size 16, all prefix-cache workloads); only repetitions and grid points shrink."""
+    probes, the refused block size 16, all prefix-cache workloads); only repetitions, phase lengths and grid points
+    shrink. Study 04 runs the long-context integration test's smaller plan, of the same shape: one request at the
+    longest length fits auto's blocks, two do not, fp8's hold both (the boundary inside the run)."""
     ci, tiny = load_profile(TEST_PROFILE), load_profile("cpu-tiny")
     assert TEST_PROFILE == "cpu-ci" and ci["extends"] == "cpu-tiny" and ci["params"] == tiny["params"]
     tiny = {**tiny, "notebooks": _tiny_as_pinned(ci, tiny)}
@@ -146,18 +167,21 @@ def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
         for k, v in entry.items()
         if (tiny["notebooks"].get(nb) or {}).get(k, object()) != v
     }
+    nb04 = "04_long_context_ramp_128k"
+    assert {k for nb, k in changed if nb == nb04} <= NB04_PLAN | {"SWEEP_BLOCK_SIZES"}, changed
+    changed = {(nb, k) for nb, k in changed if nb != nb04}
     assert changed and {k for _, k in changed} <= {
         "TRIALS",
         "REPS",
         "CONTEXTS",
         "PPL_WINDOWS",
         "TASK_ITEMS",
-        "SWEEP_BLOCK_SIZES",
-        "MIN_LENGTH",
-        "QUALITY_LENGTH",  # Study 04: fewer tokens of each document scored (one decode step each)
         "BATCHES",  # Study 06: fewer batch sizes, every context of cpu-tiny's grid kept (a line per batch)
         "ACTIVE",  # Study 07: the sweep to just past auto's knees, as the main job (every workload kept)
         "TIMEOUT_S",  # Study 08: a row's time limit (a hang recorded sooner), no measurement changed
+        "PHASE_SECONDS",  # Study 01: shorter sustained phases (still at least 4 N requests each)
+        "CLOSED_LOOP_REQUESTS",
+        "OPEN_LOOP_REQUESTS",
     }, changed
     for nb, k in changed:
         was, now = tiny["notebooks"][nb].get(k), ci["notebooks"][nb][k]
@@ -166,14 +190,29 @@ def test_the_test_profile_keeps_every_side_check_of_cpu_tiny():
             assert now and set(now) < set(was) and len(ctx) >= 2, (nb, k, now, was, ctx)
         elif isinstance(was, list):
             assert all(x in was for x in now) and len(now) >= 2, (nb, k, now, was)
-        elif k == "QUALITY_LENGTH":
-            assert 256 <= now < was, (nb, k, now, was)  # fewer scored tokens, still a document, not a sentence
+        elif k == "PHASE_SECONDS":
+            assert 0 < now < was, (nb, k, now, was)  # still sustained: a phase lasts at least this long
+        elif k in ("CLOSED_LOOP_REQUESTS", "OPEN_LOOP_REQUESTS"):
+            assert 4 <= now < was, (nb, k, now, was)  # a closed loop finishes max(this, 4 N): 64 at c=16
         elif k == "TIMEOUT_S":
             assert 30 <= now < (was or 900.0), (nb, k, now, was)  # 900 s: the notebook's default
-        elif k != "MIN_LENGTH":
+        else:
             assert 3 <= now < was, (nb, k, now, was)  # t-intervals keep at least 2 degrees of freedom
-    nb04 = ci["notebooks"]["04_long_context_ramp_128k"]
-    assert 16 in nb04["SWEEP_BLOCK_SIZES"] and any(b % 32 == 0 for b in nb04["SWEEP_BLOCK_SIZES"])
+    # Study 04: every side check of cpu-tiny (the probes, the refused block size 16 and a measured one, quality on
+    # text and random tokens, the passkey), and the boundary inside the ramp
+    entry = ci["notebooks"][nb04]
+    assert 16 in entry["SWEEP_BLOCK_SIZES"] and any(b % 32 == 0 for b in entry["SWEEP_BLOCK_SIZES"])
+    plan = lc.LongCtxPlan.from_params(resolved_parameters(NOTEBOOKS_DIR / f"{nb04}.ipynb", ci))
+    assert plan.probe_boundary and plan.quality_docs and plan.quality_random_docs and plan.passkey_lengths
+    assert plan.random_token_lengths and plan.quality_length >= 256
+    blocks = {
+        d: kvmath.predict_num_blocks(plan.model, int(plan.kv_cache_gib * kvmath.GIB), plan.block_size, d)
+        for d in ("auto", "fp8")
+    }
+    longest = max(plan.lengths) + plan.output_tokens
+    assert lc.longest_context(blocks["auto"], plan.block_size) >= max(longest, *plan.passkey_lengths)
+    assert lc.max_concurrency_at(blocks["auto"], plan.block_size, longest) < plan.concurrency
+    assert lc.max_concurrency_at(blocks["fp8"], plan.block_size, longest) >= plan.concurrency
 
 
 def test_a_profile_extends_another(tmp_path):
