@@ -9,7 +9,8 @@ test command after setup, ``bash scripts/test.sh`` (what CI runs); ``full``: the
 (the others run setup first when it was not asked for, untimed); parts run in the order given. Each part's wall time, exit status,
 the date, the commit and the machine (cores, memory, CPU model, and whether it has the CPU FP8 KV kernel's
 AVX-512/AMX) go to ``reports/bench/front_door.jsonl`` (one line per part, appended) and into the
-README's table between ``<!-- bench:start -->`` and ``<!-- bench:end -->`` (the latest line per part and FP8 tier). The clone
+README's table between ``<!-- bench:start -->`` and ``<!-- bench:end -->`` (the latest line per part with and
+without the FP8 KV kernel). The clone
 is removed unless ``--keep``. No figure is typed by hand: the table is rewritten from the JSON lines only.
 """
 
@@ -84,12 +85,13 @@ def run_part(name: str, clone: Path, log_dir: Path) -> dict[str, Any]:
 
 
 def table(lines: list[dict[str, Any]]) -> str:
-    """The README table from the records: the latest line per part and FP8 tier of the machine (the suite runs the
-    native-FP8 tests only where the kernel exists, and the studies run reduced or emulated where it does not, so a
-    figure from one tier says nothing of the other); tiers in the order first measured."""
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    """The README table from the records: the latest line per part on a machine with the CPU FP8 KV kernel (AMX or
+    AVX-512) and on one without it (the suite runs the native-FP8 tests only where the kernel exists, and the studies
+    run reduced or emulated where it does not, so a figure from one says nothing of the other); each in the order
+    first measured. The machine column names the tier."""
+    latest: dict[tuple[str, bool], dict[str, Any]] = {}
     for r in lines:
-        latest[(r["part"], r["machine"]["fp8_tier"])] = r
+        latest[(r["part"], "no FP8 KV kernel" in r["machine"]["fp8_tier"])] = r
     rows = ["| what | measured | target | exit | when, commit | machine |", "| --- | --- | --- | --- | --- | --- |"]
     for name, (label, _) in PARTS.items():
         target = f"<= {TARGETS_MIN[name]:.0f} min" if name in TARGETS_MIN else ""

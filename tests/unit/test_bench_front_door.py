@@ -54,9 +54,11 @@ def test_the_readme_has_the_block():
     assert text.count(bench.START) == 1 and text.count(bench.END) == 1
 
 
-def test_each_fp8_tier_keeps_its_own_latest_line():
-    """An AVX2 machine skips the native-FP8 tests: its suite time must not replace the AMX machine's figure."""
+def test_with_and_without_the_fp8_kernel_each_keep_their_latest_line():
+    """An AVX2 machine skips the native-FP8 tests: its suite time must not replace the AMX machine's figure. AMX and
+    AVX-512 both have the kernel: the later of them is that side's line, its machine column naming its tier."""
     amx = {**MACH, "cpu": "Intel(R) Xeon(R) Processor", "fp8_tier": "AMX"}
+    avx512 = {**MACH, "fp8_tier": "AVX-512"}
     recs = [
         {**_rec("suite", 1007.4, commit="aaa1111"), "machine": amx},
         _rec("suite", 700.0, commit="bbb2222"),
@@ -66,3 +68,7 @@ def test_each_fp8_tier_keeps_its_own_latest_line():
     assert len(suite) == 2
     assert "| 16.0 min |" in suite[0] and "`ccc3333`" in suite[0] and "(AMX) |" in suite[0]  # its latest, first seen
     assert "| 11.7 min |" in suite[1] and "`bbb2222`" in suite[1] and "(AVX2, no FP8 KV kernel) |" in suite[1]
+    recs.append({**_rec("suite", 804.0, commit="ddd4444"), "machine": avx512})
+    suite = [r for r in bench.table(recs).splitlines() if r.startswith("| test suite")]
+    assert len(suite) == 2 and "| 13.4 min |" in suite[0] and "`ddd4444`" in suite[0] and "(AVX-512) |" in suite[0]
+    assert "`bbb2222`" in suite[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -9,10 +10,12 @@ import subprocess
 import sys
 import textwrap
 import time
+import weakref
 
 import pytest
 
 from fp8lab.engine import devices
+from fp8lab.engine.worker import settle_heap
 
 
 @pytest.fixture
@@ -95,6 +98,39 @@ def test_a_forkserver_child_freezes_what_it_inherited(tmp_path):
     assert res.returncode == 0, res.stderr
     in_forkserver_child, in_plain_fork = (int(n) for n in out.read_text().split())
     assert in_forkserver_child > 1000 and in_plain_fork == 0
+
+
+class _Engine:
+    """An engine's objects as the collector sees them: a reference cycle, freed only by ``gc.collect``."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+def test_settling_the_heap_collects_the_last_set_and_freezes_only_what_lives(monkeypatch, cpu):
+    """``settle_heap`` between engine sets: a dropped engine is collected then, not frozen; an engine made after it
+    is collected when dropped. On a CPU what is still referenced is frozen and never collected, which is why the
+    workers drop every reference to the last set (a loop variable included) first; on a GPU nothing is frozen."""
+    monkeypatch.setattr(devices, "cpu_layout", lambda: cpu)
+    gc.disable()  # no automatic collection between the steps
+    try:
+        dropped, kept = _Engine(), _Engine()
+        was_dropped, was_kept = weakref.ref(dropped), weakref.ref(kept)
+        del dropped
+        settle_heap()
+        assert was_dropped() is None
+        del kept
+        gc.collect()
+        assert (was_kept() is not None) is cpu
+        later = _Engine()
+        was_later = weakref.ref(later)
+        del later
+        gc.collect()
+        assert was_later() is None
+    finally:
+        gc.unfreeze()
+        gc.enable()
 
 
 def test_the_memory_probe_finds_the_members_of_a_process_group():
