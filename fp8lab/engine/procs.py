@@ -95,7 +95,7 @@ def killed_cause(signum: int, oom_kills_before: int | None) -> tuple[Status, str
 
 #: What the CPU forkserver imports once, before it forks any engine worker: the worker modules, vLLM's engine
 #: entry points and its CPU worker and model runner (the rest of an import that ``spawn`` repeats for every engine;
-#: the last two, imported lazily by each engine, were about 1 s of a 3.6 s CPU engine start on 2 cores).
+#: the last two, imported lazily by each engine, were about 1.4 s of a 3.6 s CPU engine start on 2 cores).
 FORKSERVER_PRELOAD = (
     "fp8lab.engine.worker",
     "fp8lab.serving.worker",

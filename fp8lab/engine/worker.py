@@ -145,10 +145,10 @@ def settle_heap() -> None:
     """In a worker that starts engines one set after another, with none alive: collect what the last set left, then
     freeze what survives (the worker's own state, the modules vLLM imported on its first start) out of the garbage
     collector's reach. vLLM calls ``gc.collect`` five times per engine start; over a heap that already held an engine
-    those took about 1.2 s of a 2 s CPU start of the tiny model, about 0.1 s once frozen. Only objects alive now are
-    frozen, never an engine of the coming set, so stopping that engine still frees all of it; the caller drops every
-    reference to the last set's engines first (a loop variable included). On a CPU only: a GPU engine start is
-    dominated by other work, and GPU memory must never be held by a reference frozen by mistake."""
+    those took about 1.2 s of a 2.1 s CPU start of the tiny model, which took 0.4-1.1 s once frozen. Only objects
+    alive now are frozen, never an engine of the coming set, so stopping that engine still frees all of it; the caller
+    drops every reference to the last set's engines first (a loop variable included). On a CPU only: a GPU engine
+    start is dominated by other work, and GPU memory must never be held by a reference frozen by mistake."""
     gc.collect()
     if devices.cpu_layout():
         gc.freeze()

@@ -173,12 +173,6 @@ def correctness(llm: Any, shape: Any, convs: list[dict[str, Any]]) -> list[dict[
     return rows
 
 
-def _start(spec: dict[str, Any], log_path: Path, extra: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from fp8lab.engine.worker import start_llm as start
-
-    return start(spec, log_path, extra)
-
-
 def _failure(exc: BaseException, log: Path, before: int) -> dict[str, Any]:
     from fp8lab.engine.result import classify_failure, root_cause
 
@@ -192,7 +186,7 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
     """Run every missing cell and the correctness check. Never raises: failures land in ``engines.json``."""
     from fp8lab import prefix as px
     from fp8lab.engine import capability, devices
-    from fp8lab.engine.worker import settle_heap, stop_llm
+    from fp8lab.engine.worker import settle_heap, start_llm, stop_llm
 
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # the caller kills the whole tree (engine cores, workers) by process group
@@ -256,7 +250,7 @@ def worker_main(spec_d: dict[str, Any], out_dir: str, log_path: str) -> None:
                 continue
             before = log.stat().st_size if log.exists() else 0
             try:
-                llm, facts = _start(spec.engine_spec(d).to_dict(), log, spec.engine_args)
+                llm, facts = start_llm(spec.engine_spec(d).to_dict(), log, spec.engine_args)
                 live[d], taps[d] = llm, _Tap(llm)
                 engines["engines"][d] = {"status": "ok", "error": None, **facts}
             except BaseException as exc:  # noqa: BLE001 - a failed start is a record, the rest goes on
